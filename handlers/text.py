@@ -1,0 +1,49 @@
+"""Turn a stream of LLM text deltas into TTS-sized pieces.
+
+The first piece is cut early, at the first clause boundary once it has a few words, so
+speech can start while the model is still writing; later pieces are whole sentences,
+which synthesise with better prosody.
+"""
+
+import re
+from collections.abc import Iterator
+
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
+_CLAUSE_END = re.compile(r"[,;:—]\s")
+
+
+class SpeechChunker:
+    """Accumulates deltas and releases speakable chunks as soon as they are complete."""
+
+    def __init__(self, first_chunk_min_words: int = 3, max_chars: int = 300) -> None:
+        self._buffer = ""
+        self._first = True
+        self._first_chunk_min_words = first_chunk_min_words
+        self._max_chars = max_chars
+
+    def feed(self, delta: str) -> Iterator[str]:
+        """Add a delta; yield every chunk it completes."""
+        self._buffer += delta
+        while (cut := self._next_cut()) is not None:
+            chunk, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:]
+            if chunk:
+                self._first = False
+                yield chunk
+
+    def flush(self) -> Iterator[str]:
+        """End of the response: release whatever is left."""
+        chunk, self._buffer = self._buffer.strip(), ""
+        if chunk:
+            yield chunk
+
+    def _next_cut(self) -> int | None:
+        if match := _SENTENCE_END.search(self._buffer):
+            return match.end()
+        if self._first:
+            for match in _CLAUSE_END.finditer(self._buffer):
+                if len(self._buffer[: match.start()].split()) >= self._first_chunk_min_words:
+                    return match.end()
+        if len(self._buffer) > self._max_chars:
+            space = self._buffer.rfind(" ", 0, self._max_chars)
+            return space + 1 if space > 0 else self._max_chars
+        return None

@@ -1,0 +1,123 @@
+"""The four real models chained as the server chains them: speech in, speech out."""
+
+import jiwer
+import numpy as np
+
+from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
+from handlers.llm import LanguageModel
+from handlers.stt import SpeechToText
+from handlers.text import SpeechChunker
+from handlers.tts import TextToSpeech
+from handlers.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector
+
+
+def normalise(text: str) -> str:
+    return jiwer.RemovePunctuation()(text.lower()).strip()
+
+
+async def test_spoken_question_gets_spoken_answer(
+    speak, vad: VoiceActivityDetector, stt: SpeechToText, llm: LanguageModel, tts: TextToSpeech
+) -> None:
+    audio = speak("What is the capital of France?")
+    session = vad.session()
+    events = []
+    for offset in range(0, len(audio), 480):  # 30 ms frames, as a client streams them
+        events.extend(session.feed(audio[offset : offset + 480]))
+    events.extend(session.flush())
+
+    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped]
+    utterance = events[1].utterance
+    assert utterance is not None
+    transcript = stt.transcribe(utterance)
+    assert "capital of france" in normalise(transcript)
+
+    reply = "".join([d async for d in llm.stream([{"role": "user", "content": transcript}])])
+    assert "paris" in reply.lower()
+    assert llm.unfinished_requests() == 0
+
+    chunker = SpeechChunker()
+    pieces = [*chunker.feed(reply), *chunker.flush()]
+    pcm = b"".join(a.pcm16 for piece in pieces for a in tts.synthesize(piece))
+    heard = stt.transcribe(resample(pcm16_to_float(pcm), tts.config.output_rate, SPEECH_RATE))
+    # Characters, not words: tiny.en hears Piper's "France is" as "Francis", which is two
+    # word errors in a six-word reply. Word error is checked on longer speech below.
+    assert jiwer.cer(normalise(reply), normalise(heard)) <= 0.15
+
+
+def test_tts_speech_transcribes_back_to_its_text(tts: TextToSpeech, stt: SpeechToText) -> None:
+    text = (
+        "Paris is the capital of France, a country in western Europe. "
+        "It is famous for its museums, its food and the tower by the river."
+    )
+    pcm = b"".join(a.pcm16 for a in tts.synthesize(text))
+    heard = stt.transcribe(resample(pcm16_to_float(pcm), tts.config.output_rate, SPEECH_RATE))
+    assert jiwer.wer(normalise(text), normalise(heard)) <= 0.25
+
+
+async def test_llm_stops_when_stale_and_leaves_no_request(llm: LanguageModel) -> None:
+    stale = False
+    deltas = []
+    async for delta in llm.stream([{"role": "user", "content": "Count from one to fifty in words."}], lambda: stale):
+        deltas.append(delta)
+        if len(deltas) == 3:
+            stale = True
+    assert len(deltas) == 3
+    assert llm.unfinished_requests() == 0
+
+
+async def test_llm_closed_by_consumer_leaves_no_request(llm: LanguageModel) -> None:
+    stream = llm.stream([{"role": "user", "content": "Tell me a long story about a dragon."}])
+    assert await anext(stream)
+    await stream.aclose()
+    assert llm.unfinished_requests() == 0
+
+
+def test_tts_produces_nothing_after_stale_flip(tts: TextToSpeech) -> None:
+    text = "One sentence here. Another sentence there. A third one follows. And a fourth."
+    stale = False
+    produced = []
+    for chunk in tts.synthesize(text, lambda: stale):
+        produced.append(chunk)
+        stale = True
+    assert len(produced) == 1
+    assert len(list(tts.synthesize(text))) == 4
+
+
+def test_tts_empty_text_gives_no_audio(tts: TextToSpeech) -> None:
+    assert list(tts.synthesize("")) == []
+    assert list(tts.synthesize("   \n")) == []
+
+
+def test_tts_audio_is_24khz_pcm16(tts: TextToSpeech) -> None:
+    (chunk,) = tts.synthesize("Hello there.")
+    assert chunk.sample_rate == 24_000
+    assert len(chunk.pcm16) % 2 == 0 and len(chunk.pcm16) > 24_000 * 2 * 0.3
+
+
+def test_vad_silence_only_gives_no_events(vad: VoiceActivityDetector) -> None:
+    session = vad.session()
+    assert session.feed(np.zeros(SPEECH_RATE * 3, dtype=np.float32)) == []
+    assert session.flush() == []
+
+
+def test_vad_too_short_utterance_has_no_audio(vad: VoiceActivityDetector, speak) -> None:
+    from handlers.vad import TurnDetection
+
+    blip = speak("Hi.", silence_s=0.5)
+    session = vad.session(TurnDetection(min_speech_duration_ms=2_000))
+    events = [*session.feed(blip), *session.feed(np.zeros(SPEECH_RATE, dtype=np.float32))]
+    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped]
+    assert events[1].utterance is None
+
+
+def test_vad_sessions_keep_separate_state(vad: VoiceActivityDetector, speak) -> None:
+    audio = speak("Good morning to you.")
+    first, second = vad.session(), vad.session()
+    first.feed(audio[: len(audio) // 2])
+    assert first.in_speech
+    assert second.feed(np.zeros(SPEECH_RATE, dtype=np.float32)) == []
+    assert not second.in_speech
+
+
+def test_stt_ignores_tiny_audio(stt: SpeechToText) -> None:
+    assert stt.transcribe(np.zeros(100, dtype=np.float32)) == ""
