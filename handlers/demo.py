@@ -15,7 +15,7 @@ from handlers.llm import LanguageModel
 from handlers.stt import SpeechToText
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
-from handlers.vad import SpeechStopped, VoiceActivityDetector
+from handlers.vad import VADSession, VoiceActivityDetector
 
 
 async def run_turn(question: str, out_path: str) -> None:
@@ -23,10 +23,10 @@ async def run_turn(question: str, out_path: str) -> None:
     llm = LanguageModel.create()
     try:
         spoken = b"".join(chunk.pcm16 for chunk in tts.synthesize(question))
-        session = vad.session()
+        session = VADSession(vad)
         events = session.feed(resample(pcm16_to_float(spoken), tts.config.output_rate, SPEECH_RATE))
         events += session.flush()
-        utterances = [e.utterance for e in events if isinstance(e, SpeechStopped) and e.utterance is not None]
+        utterances = [audio for _event, audio in events if audio is not None]
         if not utterances:
             raise SystemExit("no speech detected in the spoken question")
         started = time.perf_counter()

@@ -16,7 +16,7 @@ from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel
 from handlers.stt import SpeechToText
 from handlers.tts import TextToSpeech
-from handlers.vad import CHUNK_SAMPLES, VoiceActivityDetector
+from handlers.vad import CHUNK_SAMPLES, TurnDetection, VADState, VoiceActivityDetector
 
 SPEECH = (
     "Good morning. I would like to know what the weather will be like this weekend, "
@@ -49,10 +49,10 @@ def bench_tts(tts: TextToSpeech, repeats: int = 3) -> tuple[dict, np.ndarray]:
 
 
 def bench_vad(vad: VoiceActivityDetector, speech: np.ndarray) -> dict:
-    session = vad.session()
+    state = VADState(TurnDetection())
     chunks = len(speech) // CHUNK_SAMPLES
     started = time.perf_counter()
-    session.feed(speech[: chunks * CHUNK_SAMPLES])
+    vad.detect(state, speech[: chunks * CHUNK_SAMPLES])
     return {"vad_ms_per_chunk": round((time.perf_counter() - started) * 1000 / chunks, 3)}
 
 

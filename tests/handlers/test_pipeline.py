@@ -8,7 +8,15 @@ from handlers.llm import LanguageModel
 from handlers.stt import SpeechToText
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
-from handlers.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector
+from handlers.vad import (
+    SpeechStarted,
+    SpeechStopped,
+    TurnDetection,
+    UtteranceBuffer,
+    VADSession,
+    VADState,
+    VoiceActivityDetector,
+)
 
 
 def normalise(text: str) -> str:
@@ -19,14 +27,14 @@ async def test_spoken_question_gets_spoken_answer(
     speak, vad: VoiceActivityDetector, stt: SpeechToText, llm: LanguageModel, tts: TextToSpeech
 ) -> None:
     audio = speak("What is the capital of France?")
-    session = vad.session()
+    session = VADSession(vad)
     events = []
     for offset in range(0, len(audio), 480):  # 30 ms frames, as a client streams them
         events.extend(session.feed(audio[offset : offset + 480]))
     events.extend(session.flush())
 
-    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped]
-    utterance = events[1].utterance
+    assert [type(e) for e, _ in events] == [SpeechStarted, SpeechStopped]
+    utterance = events[1][1]
     assert utterance is not None
     transcript = stt.transcribe(utterance)
     assert "capital of france" in normalise(transcript)
@@ -95,28 +103,56 @@ def test_tts_audio_is_24khz_pcm16(tts: TextToSpeech) -> None:
 
 
 def test_vad_silence_only_gives_no_events(vad: VoiceActivityDetector) -> None:
-    session = vad.session()
+    session = VADSession(vad)
     assert session.feed(np.zeros(SPEECH_RATE * 3, dtype=np.float32)) == []
     assert session.flush() == []
 
 
 def test_vad_too_short_utterance_has_no_audio(vad: VoiceActivityDetector, speak) -> None:
-    from handlers.vad import TurnDetection
-
     blip = speak("Hi.", silence_s=0.5)
-    session = vad.session(TurnDetection(min_speech_duration_ms=2_000))
+    session = VADSession(vad, TurnDetection(min_speech_duration_ms=2_000))
     events = [*session.feed(blip), *session.feed(np.zeros(SPEECH_RATE, dtype=np.float32))]
-    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped]
-    assert events[1].utterance is None
+    assert [type(e) for e, _ in events] == [SpeechStarted, SpeechStopped]
+    assert events[1][0].too_short and events[1][1] is None
 
 
 def test_vad_sessions_keep_separate_state(vad: VoiceActivityDetector, speak) -> None:
     audio = speak("Good morning to you.")
-    first, second = vad.session(), vad.session()
+    first, second = VADSession(vad), VADSession(vad)
     first.feed(audio[: len(audio) // 2])
-    assert first.in_speech
+    assert first.state.in_speech
     assert second.feed(np.zeros(SPEECH_RATE, dtype=np.float32)) == []
-    assert not second.in_speech
+    assert not second.state.in_speech
+
+
+def test_vad_state_survives_pickling_between_calls(vad: VoiceActivityDetector, speak) -> None:
+    """The state travels to whichever replica serves the next call: same boundaries."""
+    import pickle
+
+    audio = speak("The weather is lovely today.")
+    local = VADState(TurnDetection())
+    expected = vad.detect(local, audio) + vad.flush(local)
+    travelling = VADState(TurnDetection())
+    got = []
+    for offset in range(0, len(audio), 1600):
+        travelling = pickle.loads(pickle.dumps(travelling))
+        got.extend(vad.detect(travelling, audio[offset : offset + 1600]))
+    got.extend(vad.flush(travelling))
+    assert got == expected
+    assert [type(e) for e in got] == [SpeechStarted, SpeechStopped]
+    assert len(pickle.dumps(travelling)) < 4096
+
+
+def test_utterance_buffer_keeps_prefix_and_stays_bounded() -> None:
+    buffer = UtteranceBuffer(prefix_padding_ms=100, max_seconds=1.5, lookback_ms=0)
+    buffer.append(np.arange(SPEECH_RATE, dtype=np.float32))  # 1 s of samples 0..15999
+    buffer.mark_start(SPEECH_RATE)
+    buffer.append(np.arange(SPEECH_RATE, 2 * SPEECH_RATE, dtype=np.float32))
+    utterance = buffer.take(20_000)
+    assert utterance[0] == SPEECH_RATE - 1_600 and utterance[-1] == 19_999
+    buffer.mark_start(20_000)
+    buffer.append(np.zeros(3 * SPEECH_RATE, dtype=np.float32))
+    assert len(buffer.take()) == SPEECH_RATE * 3 // 2  # capped at max_seconds
 
 
 def test_stt_ignores_tiny_audio(stt: SpeechToText) -> None:
