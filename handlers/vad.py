@@ -174,6 +174,10 @@ class UtteranceBuffer:
         """Speech began at ``start_sample``: keep audio from its prefix onwards."""
         self._keep_from = max(self._origin, start_sample - self.prefix_samples)
 
+    def keep_all(self) -> None:
+        """Keep everything from now on (manual commits: no detector marks the start)."""
+        self._keep_from = self.end_sample
+
     def take(self, end_sample: int | None = None) -> np.ndarray:
         """The utterance (prefix included) up to ``end_sample`` (default: all); forget it."""
         start = self._keep_from if self._keep_from is not None else self._origin

@@ -1,12 +1,14 @@
-"""Shared fixtures: one real local Ray cluster for the whole test session.
+"""Shared fixtures: one real local Ray cluster and the real CPU speech models, each
+started once per test session (they take seconds to start)."""
 
-Ray takes seconds to start, so every test that needs it shares this one instead of
-starting its own.
-"""
+from collections.abc import Callable, Iterator
 
-from collections.abc import Iterator
-
+import numpy as np
 import pytest
+
+from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
+from handlers.stt import SpeechToText
+from handlers.tts import TextToSpeech
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +18,26 @@ def ray_local() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tts() -> TextToSpeech:
+    return TextToSpeech()
+
+
+@pytest.fixture(scope="session")
+def stt() -> SpeechToText:
+    return SpeechToText()
+
+
+@pytest.fixture(scope="session")
+def speak(tts: TextToSpeech) -> Callable[..., np.ndarray]:
+    """Piper speaking ``text`` as 16 kHz float32, padded with silence like a real mic."""
+
+    def _speak(text: str, silence_s: float = 1.0) -> np.ndarray:
+        pcm = b"".join(chunk.pcm16 for chunk in tts.synthesize(text))
+        speech = resample(pcm16_to_float(pcm), tts.config.output_rate, SPEECH_RATE)
+        pad = np.zeros(int(silence_s * SPEECH_RATE), dtype=np.float32)
+        return np.concatenate([pad, speech, pad])
+
+    return _speak

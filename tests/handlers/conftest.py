@@ -1,25 +1,12 @@
-"""Real CPU models, loaded once per test session (they take seconds to start)."""
+"""Handler fixtures not shared with other test folders."""
 
 from collections.abc import AsyncIterator
 
-import numpy as np
 import pytest
+import pytest_asyncio
 
-from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel
-from handlers.stt import SpeechToText
-from handlers.tts import TextToSpeech
 from handlers.vad import VoiceActivityDetector
-
-
-@pytest.fixture(scope="session")
-def tts() -> TextToSpeech:
-    return TextToSpeech()
-
-
-@pytest.fixture(scope="session")
-def stt() -> SpeechToText:
-    return SpeechToText()
 
 
 @pytest.fixture(scope="session")
@@ -27,21 +14,9 @@ def vad() -> VoiceActivityDetector:
     return VoiceActivityDetector()
 
 
-@pytest.fixture(scope="session")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def llm() -> AsyncIterator[LanguageModel]:
+    """Module-scoped: its 3.7 GB engine is gone before the end-to-end tests start theirs."""
     model = LanguageModel.create()
     yield model
     model.shutdown()
-
-
-@pytest.fixture(scope="session")
-def speak(tts: TextToSpeech):
-    """Piper speaking ``text`` as 16 kHz float32, padded with silence like a real mic."""
-
-    def _speak(text: str, silence_s: float = 1.0) -> np.ndarray:
-        pcm = b"".join(chunk.pcm16 for chunk in tts.synthesize(text))
-        speech = resample(pcm16_to_float(pcm), tts.config.output_rate, SPEECH_RATE)
-        pad = np.zeros(int(silence_s * SPEECH_RATE), dtype=np.float32)
-        return np.concatenate([pad, speech, pad])
-
-    return _speak

@@ -1,0 +1,24 @@
+"""Application builder: ``serve run deployments.app:build_app`` or ``import_path`` in a Serve
+config file / KubeRay ``serveConfigV2``, with the :class:`AppConfig` as ``args``."""
+
+from pathlib import PurePath
+from typing import Any
+
+from ray.serve import Application
+
+from deployments.config import AppConfig
+from deployments.ingress import RealtimeIngress
+from deployments.models import LLM, STT, TTS, VAD
+
+
+def build_app(args: dict[str, Any] | None = None) -> Application:
+    config = AppConfig.model_validate(args or {})
+    model_name = PurePath(config.llm.handler.model).name if config.llm.handler.model else "SmolLM2-135M-Instruct"
+    return RealtimeIngress.options(**config.ingress.deployment.serve_options()).bind(
+        VAD.options(**config.vad.deployment.serve_options()).bind(),
+        STT.options(**config.stt.deployment.serve_options()).bind(config.stt.handler),
+        LLM.options(**config.llm.deployment.serve_options()).bind(config.llm.handler),
+        TTS.options(**config.tts.deployment.serve_options()).bind(config.tts.handler),
+        config.ingress,
+        model_name,
+    )

@@ -1,0 +1,105 @@
+"""Configuration of the whole application, as Serve config files pass it to ``build_app``.
+
+One model per stage: each has its handler's settings and its deployment's Serve options,
+so a cluster profile can give every model its own GPU and scale TTS independently.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cancel import ScopePlacementConfig
+from handlers.llm import LLMConfig
+from handlers.stt import STTConfig
+from handlers.tts import TTSConfig
+from handlers.vad import TurnDetection
+
+
+class DeploymentOptions(BaseModel):
+    """The Serve options a profile may set for one deployment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_replicas: int | Literal["auto"] | None = 1
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    max_ongoing_requests: int = 16
+    autoscaling_config: dict[str, Any] | None = None
+    graceful_shutdown_timeout_s: float = 20.0
+
+    def serve_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+        }
+        if self.autoscaling_config is not None:
+            options["autoscaling_config"] = self.autoscaling_config
+        else:
+            options["num_replicas"] = self.num_replicas
+        return options
+
+
+class IngressConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.25, max_ongoing_requests=64)
+    max_sessions: int = Field(32, ge=1)
+    """Per ingress replica; the next client gets an ``error`` (``session_limit_reached``)."""
+    instructions: str | None = None
+    """Default system prompt; ``None`` keeps the model's own chat-template default."""
+    turn_detection: TurnDetection = TurnDetection()
+    scope: ScopePlacementConfig = ScopePlacementConfig()
+    max_input_audio_s: float = Field(60.0, gt=0)
+    """Longest utterance kept in ``input_audio_buffer`` (older audio is dropped)."""
+    outgoing_events: int = Field(256, ge=8)
+    """Per-session send queue: a slow client slows its own response, nobody else's."""
+    audio_delta_ms: int = Field(100, ge=10)
+    """Size of each ``response.output_audio.delta``."""
+    history_items: int = Field(40, ge=2)
+    """Conversation items kept for the LLM prompt (oldest dropped first)."""
+    shutdown_poll_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _room_for_refusals(self) -> "IngressConfig":
+        # An open WebSocket holds one of max_ongoing_requests for its whole life: at the cap
+        # the next client would hang in the handshake instead of getting our refusal.
+        if self.deployment.max_ongoing_requests <= self.max_sessions:
+            raise ValueError(
+                f"ingress max_ongoing_requests ({self.deployment.max_ongoing_requests}) must exceed "
+                f"max_sessions ({self.max_sessions}) so extra clients are refused, not left hanging"
+            )
+        return self
+
+
+class VADStage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64)
+
+
+class STTStage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.25, max_ongoing_requests=8)
+    handler: STTConfig = STTConfig()
+
+
+class LLMStage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=1.0, max_ongoing_requests=32)
+    handler: LLMConfig = LLMConfig()
+
+
+class TTSStage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.25, max_ongoing_requests=16)
+    handler: TTSConfig = TTSConfig()
+
+
+class AppConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ingress: IngressConfig = IngressConfig()
+    vad: VADStage = VADStage()
+    stt: STTStage = STTStage()
+    llm: LLMStage = LLMStage()
+    tts: TTSStage = TTSStage()

@@ -1,0 +1,25 @@
+"""Typed items that travel between the ingress and the model deployments.
+
+They replace the threaded pipeline's queue payloads: each request carries the scope ticket
+of the response it works for, so a worker can stop (and its output be discarded) the moment
+that response is cancelled.
+"""
+
+from dataclasses import dataclass
+
+from cancel import ScopeTicket
+
+ChatMessage = dict[str, str]
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    messages: list[ChatMessage]
+    ticket: ScopeTicket
+    request_id: str
+
+
+@dataclass(frozen=True)
+class TTSRequest:
+    text: str
+    ticket: ScopeTicket

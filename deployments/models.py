@@ -1,0 +1,80 @@
+"""Thin Serve deployments around the four handlers.
+
+Each holds one model and nothing per session: VAD state travels with each call, and the
+LLM and TTS replicas watch the session's cancel scope through this process's
+:class:`cancel.ScopeCache` only for the life of a request. CPU-bound model calls run in a
+thread so the replica's event loop (which also carries the scope cache's long-polls) stays
+responsive.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+from ray import serve
+
+from cancel import ScopeCache
+from deployments.messages import LLMRequest, TTSRequest
+from handlers.audio import SPEECH_RATE
+from handlers.llm import LanguageModel, LLMConfig
+from handlers.stt import SpeechToText, STTConfig
+from handlers.tts import TextToSpeech, TTSConfig
+from handlers.vad import VADEvent, VADState, VoiceActivityDetector
+
+
+@serve.deployment
+class VAD:
+    def __init__(self) -> None:
+        self._detector = VoiceActivityDetector()
+
+    def detect(self, state: VADState, samples: np.ndarray) -> tuple[VADState, list[VADEvent]]:
+        events = self._detector.detect(state, samples)
+        return state, events
+
+
+@serve.deployment
+class STT:
+    def __init__(self, config: STTConfig) -> None:
+        self._stt = SpeechToText(config)
+        self._stt.transcribe(np.zeros(SPEECH_RATE, dtype=np.float32))  # first call pays ~1 s of setup
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        return self._stt.transcribe(audio)
+
+
+@serve.deployment
+class LLM:
+    def __init__(self, config: LLMConfig) -> None:
+        self._model = LanguageModel.create(config)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
+        """Token deltas until done, stale or cancelled (``response.cancel()`` lands here as
+        ``CancelledError``; the handler then aborts the engine request)."""
+        with ScopeCache.for_current_loop().watch(request.ticket) as view:
+            async for delta in self._model.stream(request.messages, view.is_stale, request.request_id):
+                yield delta
+
+    def unfinished_requests(self) -> int:
+        return self._model.unfinished_requests()
+
+    async def check_health(self) -> None:
+        await self._model.engine.check_health()
+
+    def __del__(self) -> None:
+        self._model.shutdown()
+
+
+@serve.deployment
+class TTS:
+    def __init__(self, config: TTSConfig) -> None:
+        self._tts = TextToSpeech(config)
+        for _ in self._tts.synthesize("Ready."):  # first call pays phonemizer and ONNX setup
+            pass
+
+    async def synthesize(self, request: TTSRequest) -> AsyncIterator[bytes]:
+        """PCM16 at the configured rate, one chunk per sentence; stops between sentences once
+        the response is stale."""
+        with ScopeCache.for_current_loop().watch(request.ticket) as view:
+            chunks = self._tts.synthesize(request.text, view.is_stale)
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                yield chunk.pcm16

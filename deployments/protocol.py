@@ -1,0 +1,74 @@
+"""The OpenAI Realtime wire format: client events in, server events out.
+
+Events are validated and built with the ``openai`` package's own Realtime types, so the
+server speaks exactly what the SDK expects; this module only adds ids, error mapping and
+the parts of the session description the server controls.
+"""
+
+import json
+import secrets
+from typing import Any, get_args
+
+from openai import BaseModel as OpenAIModel
+from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
+from openai.types.realtime.realtime_error import RealtimeError
+from pydantic import ValidationError
+
+_CLIENT_EVENT_TYPES: dict[str, type[OpenAIModel]] = {
+    get_args(model.model_fields["type"].annotation)[0]: model
+    for model in get_args(get_args(RealtimeClientEvent)[0])
+}
+
+
+class ProtocolError(Exception):
+    """A client mistake: answered with an ``error`` event, the session goes on."""
+
+    def __init__(self, code: str, message: str, param: str | None = None, event_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.param, self.event_id = code, message, param, event_id
+
+
+def new_id(prefix: str) -> str:
+    """Server-generated, unguessable ids (``event_…``, ``item_…``, ``resp_…``, ``sess_…``)."""
+    return f"{prefix}_{secrets.token_urlsafe(12)}"
+
+
+def parse_client_event(text: str | bytes) -> OpenAIModel:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError("invalid_json", f"event is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("invalid_event", "event must be a JSON object")
+    client_event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
+    model = _CLIENT_EVENT_TYPES.get(data.get("type"))  # type: ignore[arg-type]
+    if model is None:
+        raise ProtocolError(
+            "invalid_event", f"unknown event type {data.get('type')!r}", param="type", event_id=client_event_id
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(part) for part in first["loc"])
+        raise ProtocolError("invalid_event", f"{first['msg']} at {param!r}", param, client_event_id) from None
+
+
+def error_event(error: ProtocolError, error_type: str = "invalid_request_error") -> RealtimeErrorEvent:
+    return RealtimeErrorEvent(
+        type="error",
+        event_id=new_id("event"),
+        error=RealtimeError(
+            type=error_type, code=error.code, message=error.message, param=error.param, event_id=error.event_id
+        ),
+    )
+
+
+def server_event(model: type[OpenAIModel], **fields: Any) -> OpenAIModel:
+    """Build a server event of ``model`` with a fresh ``event_id`` and its literal ``type``."""
+    event_type = get_args(model.model_fields["type"].annotation)[0]
+    return model(type=event_type, event_id=new_id("event"), **fields)
+
+
+def encode(event: OpenAIModel) -> str:
+    return event.model_dump_json(exclude_none=True)

@@ -1,0 +1,653 @@
+"""One Realtime conversation: the ingress side of the pipeline for a single WebSocket.
+
+Audio in is resampled to 16 kHz and sent to the VAD deployment in batches (one call in
+flight per session); utterances go to STT; a response streams LLM deltas through the
+sentence chunker into TTS and back out as ``response.output_audio.delta`` events.
+
+Barge-in and discard filtering: every response captures the session scope's generation
+and tags its output with it. Cancelling bumps the generation (a local, synchronous
+operation), calls ``.cancel()`` on each in-flight Serve stream (cancelling only the
+consuming task would leave the replica generating), and from that instant the send loop
+drops every event tagged with the old generation, so not one byte of a cancelled
+response leaves after its ``response.done``.
+"""
+
+import asyncio
+import base64
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import WebSocket, WebSocketDisconnect
+from openai import BaseModel as OpenAIModel
+from openai.types.realtime import (
+    ConversationItemAdded,
+    ConversationItemDone,
+    ConversationItemInputAudioTranscriptionCompletedEvent,
+    ConversationItemInputAudioTranscriptionDeltaEvent,
+    ConversationItemTruncatedEvent,
+    InputAudioBufferClearedEvent,
+    InputAudioBufferCommittedEvent,
+    InputAudioBufferSpeechStartedEvent,
+    InputAudioBufferSpeechStoppedEvent,
+    RealtimeAudioConfig,
+    RealtimeAudioConfigInput,
+    RealtimeAudioConfigOutput,
+    RealtimeResponse,
+    RealtimeResponseStatus,
+    RealtimeSessionCreateRequest,
+    ResponseAudioDeltaEvent,
+    ResponseAudioDoneEvent,
+    ResponseAudioTranscriptDeltaEvent,
+    ResponseAudioTranscriptDoneEvent,
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseCreatedEvent,
+    ResponseDoneEvent,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    SessionCreatedEvent,
+    SessionUpdatedEvent,
+)
+from openai.types.realtime.realtime_audio_formats import AudioPCM
+from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
+from openai.types.realtime.realtime_conversation_item_assistant_message import (
+    Content as AssistantContent,
+)
+from openai.types.realtime.realtime_conversation_item_assistant_message import (
+    RealtimeConversationItemAssistantMessage,
+)
+from openai.types.realtime.realtime_conversation_item_system_message import (
+    Content as SystemContent,
+)
+from openai.types.realtime.realtime_conversation_item_system_message import (
+    RealtimeConversationItemSystemMessage,
+)
+from openai.types.realtime.realtime_conversation_item_user_message import Content as UserContent
+from openai.types.realtime.realtime_conversation_item_user_message import (
+    RealtimeConversationItemUserMessage,
+)
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+
+from cancel import SessionScope
+from deployments.config import IngressConfig
+from deployments.messages import ChatMessage, LLMRequest, TTSRequest
+from deployments.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, b64_pcm16_decode, pcm16_to_float
+from handlers.text import SpeechChunker
+from handlers.vad import SpeechStarted, TurnDetection, UtteranceBuffer, VADEvent, VADState
+
+log = logging.getLogger(__name__)
+
+AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
+MIN_COMMIT_MS = 100
+VAD_BATCH_SAMPLES = SPEECH_RATE // 2
+"""At most 0.5 s per VAD call, well inside the utterance buffer's look-back."""
+
+CancelReason = Literal["turn_detected", "client_cancelled"]
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Handles to the four model deployments."""
+
+    vad: DeploymentHandle
+    stt: DeploymentHandle
+    llm: DeploymentHandle
+    tts: DeploymentHandle
+
+
+@dataclass
+class Item:
+    """A conversation item as the LLM prompt sees it."""
+
+    id: str
+    role: Literal["user", "assistant", "system"]
+    text: str = ""
+    transcribed: asyncio.Future[None] | None = None
+    """Set once STT has filled ``text`` (user audio items only)."""
+    spoken: list[tuple[int, str]] = field(default_factory=list)
+    """Assistant audio: (end of the piece in ms of output audio, its text), for truncation."""
+
+
+@dataclass
+class ResponseRun:
+    id: str
+    item: Item
+    generation: int
+    streams: set[DeploymentResponseGenerator] = field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+    audio_ms: int = 0
+
+
+class RealtimeSession:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        stages: Stages,
+        config: IngressConfig,
+        scope: Awaitable[SessionScope],
+        model_name: str,
+    ) -> None:
+        self.id = new_id("sess")
+        self._ws = websocket
+        self._stages = stages
+        self._config = config
+        self._scope_opening = asyncio.ensure_future(scope)
+        self._scope: SessionScope | None = None
+        self._model_name = model_name
+        self._instructions = config.instructions
+        self._turn_detection: TurnDetection | None = config.turn_detection
+        self._create_response = True
+        self._interrupt_response = True
+        self._resampler = StreamResampler(REALTIME_RATE, SPEECH_RATE)
+        self._audio_in: asyncio.Queue[np.ndarray] = asyncio.Queue(maxsize=64)
+        self._buffer = UtteranceBuffer(config.turn_detection.prefix_padding_ms, config.max_input_audio_s)
+        self._vad_state = VADState(config.turn_detection)
+        self._speech_item_id: str | None = None
+        self._audio_epoch = 0
+        """Bumped whenever the audio input restarts; a VAD answer for an older epoch is void."""
+        self._outgoing: asyncio.Queue[tuple[int | None, OpenAIModel]] = asyncio.Queue(config.outgoing_events)
+        self._items: list[Item] = []
+        self._response: ResponseRun | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._frame_bytes = REALTIME_RATE * config.audio_delta_ms // 1000 * 2
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the socket until the client leaves or the server closes it."""
+        await self._emit(server_event(SessionCreatedEvent, session=self._describe()))
+        self._spawn(self._send_loop())
+        self._spawn(self._vad_loop())
+        try:
+            while True:
+                message = await self._ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                await self._on_message(message.get("text") or message.get("bytes") or "")
+        except WebSocketDisconnect:
+            pass
+        finally:
+            await self._end()
+
+    async def close(self, code: int, reason: str) -> None:
+        """Server-side close (shutdown): stop the response, then close with ``code``."""
+        self._cancel_response(None)
+        try:
+            await self._ws.close(code=code, reason=reason)
+        except RuntimeError:  # already closed by the client
+            pass
+
+    async def _end(self) -> None:
+        """End of session: release every stage's per-session state.
+
+        The in-flight streams are cancelled (the LLM replica aborts its vLLM request, TTS
+        stops), the scope is closed on its host (worker views of it report stale), and the
+        VAD state, audio buffers and queues die with this object.
+        """
+        self._cancel_response(None)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            scope = await self._scope_opening
+        except Exception:  # the scope never opened: nothing to release
+            log.exception("session %s: scope did not open", self.id)
+            return
+        await scope.close()
+
+    def _spawn(self, coroutine: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_crash)
+        return task
+
+    # ---- sending ---------------------------------------------------------------------
+
+    async def _emit(self, event: OpenAIModel, generation: int | None = None) -> None:
+        """Queue an event; ``generation`` tags response output for discard filtering."""
+        await self._outgoing.put((generation, event))
+
+    async def _send_loop(self) -> None:
+        while True:
+            generation, event = await self._outgoing.get()
+            if generation is not None and self._scope is not None and self._scope.is_stale(generation):
+                continue  # output of a cancelled response: never reaches the client
+            await self._ws.send_text(encode(event))
+
+    async def _fail(self, error: ProtocolError) -> None:
+        await self._emit(error_event(error))
+
+    # ---- receiving -------------------------------------------------------------------
+
+    async def _on_message(self, text: str | bytes) -> None:
+        try:
+            event = parse_client_event(text)
+        except ProtocolError as error:
+            await self._fail(error)
+            return
+        handler: Callable[[Any], Awaitable[None]] | None = getattr(self, "_on_" + event.type.replace(".", "_"), None)
+        try:
+            if handler is None:
+                raise ProtocolError("unsupported_event", f"{event.type} is not supported by this server", "type")
+            await handler(event)
+        except ProtocolError as error:
+            error.event_id = error.event_id or event.event_id
+            await self._fail(error)
+
+    async def _on_session_update(self, event: Any) -> None:
+        session = event.session
+        if session.type != "realtime":
+            raise ProtocolError("unsupported_value", "only realtime sessions are served", "session.type")
+        if "instructions" in session.model_fields_set:
+            self._instructions = session.instructions
+        if session.output_modalities not in (None, ["audio"]):
+            raise ProtocolError("unsupported_value", "output_modalities must be ['audio']", "session.output_modalities")
+        audio = session.audio
+        if audio is not None and audio.output is not None:
+            _check_format(audio.output.format, "session.audio.output.format")
+        if audio is not None and audio.input is not None:
+            _check_format(audio.input.format, "session.audio.input.format")
+            if "turn_detection" in audio.input.model_fields_set:
+                self._set_turn_detection(audio.input.turn_detection)
+        await self._emit(server_event(SessionUpdatedEvent, session=self._describe()))
+
+    def _set_turn_detection(self, requested: Any) -> None:
+        if requested is None:
+            self._turn_detection = None
+        elif requested.type == "server_vad":
+            defaults = self._config.turn_detection
+            self._turn_detection = TurnDetection(
+                threshold=defaults.threshold if requested.threshold is None else requested.threshold,
+                prefix_padding_ms=defaults.prefix_padding_ms
+                if requested.prefix_padding_ms is None
+                else requested.prefix_padding_ms,
+                silence_duration_ms=defaults.silence_duration_ms
+                if requested.silence_duration_ms is None
+                else requested.silence_duration_ms,
+                min_speech_duration_ms=defaults.min_speech_duration_ms,
+            )
+            self._create_response = requested.create_response is not False
+            self._interrupt_response = requested.interrupt_response is not False
+        else:
+            raise ProtocolError(
+                "unsupported_value", f"turn_detection {requested.type!r} is not supported", "session.audio.input.turn_detection"
+            )
+        self._restart_audio_input()
+
+    def _restart_audio_input(self) -> None:
+        """New settings or a cleared buffer: forget the audio and the detector's state."""
+        settings = self._turn_detection or self._config.turn_detection
+        self._vad_state = VADState(settings)
+        self._buffer = UtteranceBuffer(settings.prefix_padding_ms, self._config.max_input_audio_s)
+        if self._turn_detection is None:
+            self._buffer.keep_all()
+        self._speech_item_id = None
+        self._audio_epoch += 1
+
+    async def _on_input_audio_buffer_append(self, event: Any) -> None:
+        try:
+            pcm = b64_pcm16_decode(event.audio)
+        except ValueError as exc:
+            raise ProtocolError("invalid_value", str(exc), "audio") from None
+        if pcm:
+            await self._audio_in.put(self._resampler.process(pcm16_to_float(pcm)))
+
+    async def _on_input_audio_buffer_commit(self, event: Any) -> None:
+        await self._audio_in.join()  # every append before the commit is in the buffer
+        utterance = self._buffer.take()
+        if self._turn_detection is None:
+            self._buffer.keep_all()
+        if len(utterance) < SPEECH_RATE * MIN_COMMIT_MS // 1000:
+            raise ProtocolError(
+                "input_audio_buffer_commit_empty",
+                f"buffer too small: expected at least {MIN_COMMIT_MS}ms of audio",
+            )
+        self._speech_item_id = None
+        await self._commit(utterance, new_id("item"))
+
+    async def _on_input_audio_buffer_clear(self, event: Any) -> None:
+        await self._audio_in.join()
+        self._restart_audio_input()
+        await self._emit(server_event(InputAudioBufferClearedEvent))
+
+    async def _on_conversation_item_create(self, event: Any) -> None:
+        item = event.item
+        if item.type != "message" or any(part.type not in ("input_text", "text", "output_text") for part in item.content):
+            raise ProtocolError("unsupported_value", "only text message items can be created", "item")
+        text = " ".join(part.text or "" for part in item.content)
+        added = Item(item.id or new_id("item"), item.role, text)
+        previous = self._items[-1].id if self._items else None
+        self._items.append(added)
+        self._trim_history()
+        await self._emit(server_event(ConversationItemAdded, item=_wire_item(added), previous_item_id=previous))
+        await self._emit(server_event(ConversationItemDone, item=_wire_item(added), previous_item_id=previous))
+
+    async def _on_conversation_item_truncate(self, event: Any) -> None:
+        item = next((i for i in self._items if i.id == event.item_id), None)
+        if item is None or item.role != "assistant":
+            raise ProtocolError("invalid_value", f"no assistant item {event.item_id!r}", "item_id")
+        played = item.spoken[-1][0] if item.spoken else 0
+        if event.audio_end_ms > played:
+            raise ProtocolError(
+                "invalid_value", f"audio_end_ms {event.audio_end_ms} is past the item's {played} ms of audio", "audio_end_ms"
+            )
+        item.text, item.spoken = _truncate(item.spoken, event.audio_end_ms)
+        await self._emit(
+            server_event(
+                ConversationItemTruncatedEvent, item_id=item.id, content_index=0, audio_end_ms=event.audio_end_ms
+            )
+        )
+
+    async def _on_response_create(self, event: Any) -> None:
+        if self._response is not None:
+            raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
+        await self._start_response()
+
+    async def _on_response_cancel(self, event: Any) -> None:
+        done = self._cancel_response("client_cancelled")
+        if done is None:
+            raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")
+        await self._emit(done)
+
+    # ---- audio input and turns ---------------------------------------------------------
+
+    async def _vad_loop(self) -> None:
+        while True:
+            batch = [await self._audio_in.get()]
+            taken = 1
+            while self._audio_in.qsize() and sum(len(b) for b in batch) < VAD_BATCH_SAMPLES:
+                batch.append(self._audio_in.get_nowait())
+                taken += 1
+            try:
+                audio = np.concatenate(batch)
+                self._buffer.append(audio)
+                if self._turn_detection is not None:
+                    epoch = self._audio_epoch
+                    state, events = await self._stages.vad.detect.remote(self._vad_state, audio)
+                    if epoch != self._audio_epoch:
+                        continue  # cleared or reconfigured meanwhile: this answer is void
+                    self._vad_state = state
+                    for vad_event in events:
+                        await self._on_vad_event(vad_event)
+            finally:
+                for _ in range(taken):
+                    self._audio_in.task_done()
+
+    async def _on_vad_event(self, event: VADEvent) -> None:
+        if isinstance(event, SpeechStarted):
+            self._buffer.mark_start(event.start_sample)
+            self._speech_item_id = new_id("item")
+            done = self._cancel_response("turn_detected") if self._interrupt_response else None
+            await self._emit(
+                server_event(
+                    InputAudioBufferSpeechStartedEvent, audio_start_ms=event.audio_start_ms, item_id=self._speech_item_id
+                )
+            )
+            if done is not None:
+                await self._emit(done)
+            return
+        item_id = self._speech_item_id or new_id("item")
+        self._speech_item_id = None
+        utterance = self._buffer.take(event.end_sample)
+        await self._emit(server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id))
+        if event.too_short:
+            return
+        await self._commit(utterance, item_id)
+        if self._create_response and self._response is None:
+            await self._start_response()
+
+    async def _commit(self, utterance: np.ndarray, item_id: str) -> None:
+        previous = self._items[-1].id if self._items else None
+        item = Item(item_id, "user", transcribed=asyncio.get_running_loop().create_future())
+        self._items.append(item)
+        self._trim_history()
+        await self._emit(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
+        await self._emit(server_event(ConversationItemAdded, item=_wire_item(item), previous_item_id=previous))
+        self._spawn(self._transcribe(item, utterance, previous))
+
+    async def _transcribe(self, item: Item, utterance: np.ndarray, previous: str | None) -> None:
+        assert item.transcribed is not None
+        try:
+            item.text = await self._stages.stt.transcribe.remote(utterance)
+        finally:
+            item.transcribed.set_result(None)
+        await self._emit(
+            server_event(ConversationItemInputAudioTranscriptionDeltaEvent, item_id=item.id, content_index=0, delta=item.text)
+        )
+        await self._emit(
+            server_event(
+                ConversationItemInputAudioTranscriptionCompletedEvent,
+                item_id=item.id,
+                content_index=0,
+                transcript=item.text,
+                usage={"type": "duration", "seconds": round(len(utterance) / SPEECH_RATE, 3)},
+            )
+        )
+        await self._emit(server_event(ConversationItemDone, item=_wire_item(item), previous_item_id=previous))
+
+    # ---- responses -------------------------------------------------------------------
+
+    async def _start_response(self) -> None:
+        scope = await self._scope_opening
+        self._scope = scope
+        scope.new_response()
+        run = ResponseRun(id=new_id("resp"), item=Item(new_id("item"), "assistant"), generation=scope.generation)
+        self._response = run
+        run.task = self._spawn(self._respond(run, scope))
+
+    def _cancel_response(self, reason: CancelReason | None) -> OpenAIModel | None:
+        """Barge-in, ``response.cancel`` or end of session; returns the ``response.done``
+        to send, or ``None`` when no response was active.
+
+        Synchronous on purpose: nothing of the old response can be sent between the
+        decision and the generation bump.
+        """
+        run, self._response = self._response, None
+        if run is None:
+            return None
+        assert self._scope is not None and run.task is not None
+        self._scope.cancel()  # from here on the send loop drops this response's output
+        for stream in run.streams:
+            stream.cancel()
+        run.task.cancel()
+        status = RealtimeResponseStatus(type="cancelled", reason=reason)
+        return server_event(ResponseDoneEvent, response=self._wire_response(run, "cancelled", status))
+
+    async def _respond(self, run: ResponseRun, scope: SessionScope) -> None:
+        gen = run.generation
+        try:
+            await self._emit(server_event(ResponseCreatedEvent, response=self._wire_response(run, "in_progress")))
+            messages = await self._prompt()
+            previous = self._items[-1].id if self._items else None
+            self._items.append(run.item)
+            self._trim_history()
+            wire = _wire_item(run.item, "in_progress")
+            await self._emit(server_event(ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire))
+            await self._emit(server_event(ConversationItemAdded, item=wire, previous_item_id=previous))
+            await self._emit(
+                server_event(
+                    ResponseContentPartAddedEvent,
+                    response_id=run.id,
+                    item_id=run.item.id,
+                    output_index=0,
+                    content_index=0,
+                    part={"type": "audio", "transcript": ""},
+                )
+            )
+            ticket = scope.ticket(gen)
+            llm = self._stages.llm.options(stream=True).stream.remote(LLMRequest(messages, ticket, run.id))
+            run.streams.add(llm)
+            pieces: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4)
+            producer = asyncio.ensure_future(_chunk(llm, pieces))
+            try:
+                while (piece := await pieces.get()) is not None:
+                    await self._speak(run, piece, ticket)
+                await producer
+            finally:
+                producer.cancel()
+            await self._finish(run)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a stage failed: this response fails, the session goes on
+            log.exception("response %s failed", run.id)
+            if self._response is run:
+                self._response = None
+                status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "message": str(exc)})
+                await self._emit(server_event(ResponseDoneEvent, response=self._wire_response(run, "failed", status)))
+        finally:
+            scope.response_done(gen)
+
+    async def _speak(self, run: ResponseRun, piece: str, ticket: Any) -> None:
+        text = piece if not run.item.text else " " + piece
+        common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
+        await self._emit(server_event(ResponseAudioTranscriptDeltaEvent, delta=text, **common), run.generation)
+        tts = self._stages.tts.options(stream=True).synthesize.remote(TTSRequest(piece, ticket))
+        run.streams.add(tts)
+        async for pcm in tts:
+            for offset in range(0, len(pcm), self._frame_bytes):
+                frame = pcm[offset : offset + self._frame_bytes]
+                delta = base64.b64encode(frame).decode("ascii")
+                await self._emit(server_event(ResponseAudioDeltaEvent, delta=delta, **common), run.generation)
+                run.audio_ms += len(frame) * 1000 // (2 * REALTIME_RATE)
+        run.streams.discard(tts)
+        run.item.text += text
+        run.item.spoken.append((run.audio_ms, text))
+
+    async def _finish(self, run: ResponseRun) -> None:
+        self._response = None
+        common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
+        gen = run.generation
+        wire = _wire_item(run.item)
+        await self._emit(server_event(ResponseAudioDoneEvent, **common), gen)
+        await self._emit(server_event(ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **common), gen)
+        part = {"type": "audio", "transcript": run.item.text}
+        await self._emit(server_event(ResponseContentPartDoneEvent, part=part, **common), gen)
+        await self._emit(
+            server_event(ResponseOutputItemDoneEvent, response_id=run.id, output_index=0, item=wire), gen
+        )
+        await self._emit(server_event(ConversationItemDone, item=wire), gen)
+        await self._emit(server_event(ResponseDoneEvent, response=self._wire_response(run, "completed")), gen)
+
+    async def _prompt(self) -> list[ChatMessage]:
+        """The conversation for the LLM, once every user utterance is transcribed."""
+        pending = [i.transcribed for i in self._items if i.transcribed is not None and not i.transcribed.done()]
+        if pending:
+            await asyncio.gather(*pending)
+        messages = [{"role": "system", "content": self._instructions}] if self._instructions else []
+        messages += [{"role": i.role, "content": i.text} for i in self._items if i.text]
+        return messages
+
+    def _trim_history(self) -> None:
+        del self._items[: max(0, len(self._items) - self._config.history_items)]
+
+    # ---- descriptions ------------------------------------------------------------------
+
+    def _describe(self) -> RealtimeSessionCreateRequest:
+        turn = self._turn_detection
+        return RealtimeSessionCreateRequest(
+            type="realtime",
+            model=self._model_name,
+            instructions=self._instructions,
+            output_modalities=["audio"],
+            audio=RealtimeAudioConfig(
+                input=RealtimeAudioConfigInput(
+                    format=AUDIO_FORMAT,
+                    turn_detection=None
+                    if turn is None
+                    else ServerVad(
+                        type="server_vad",
+                        threshold=turn.threshold,
+                        prefix_padding_ms=turn.prefix_padding_ms,
+                        silence_duration_ms=turn.silence_duration_ms,
+                        create_response=self._create_response,
+                        interrupt_response=self._interrupt_response,
+                    ),
+                ),
+                output=RealtimeAudioConfigOutput(format=AUDIO_FORMAT),
+            ),
+        )
+
+    def _wire_response(
+        self, run: ResponseRun, status: str, details: RealtimeResponseStatus | None = None
+    ) -> RealtimeResponse:
+        return RealtimeResponse(
+            id=run.id,
+            object="realtime.response",
+            status=status,
+            status_details=details,
+            output_modalities=["audio"],
+            output=[] if status == "in_progress" else [_wire_item(run.item, status)],
+        )
+
+
+async def _chunk(llm: DeploymentResponseGenerator, pieces: "asyncio.Queue[str | None]") -> None:
+    """LLM deltas -> speakable pieces; ``None`` marks the end (also of a failed stream,
+    whose error the consumer then gets by awaiting this task)."""
+    chunker = SpeechChunker()
+    try:
+        async for delta in llm:
+            for piece in chunker.feed(delta):
+                await pieces.put(piece)
+        for piece in chunker.flush():
+            await pieces.put(piece)
+    finally:
+        await pieces.put(None)
+
+
+def _check_format(audio_format: Any, param: str) -> None:
+    if audio_format is not None and (audio_format.type not in (None, "audio/pcm") or audio_format.rate not in (None, REALTIME_RATE)):
+        raise ProtocolError("unsupported_value", "only audio/pcm at 24000 Hz is supported", param)
+
+
+def _wire_item(item: Item, status: str = "completed") -> Any:
+    item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
+    if item.role == "assistant":
+        return RealtimeConversationItemAssistantMessage(
+            id=item.id,
+            type="message",
+            role="assistant",
+            object="realtime.item",
+            status=item_status,
+            content=[AssistantContent(type="output_audio", transcript=item.text)],
+        )
+    if item.role == "system":
+        return RealtimeConversationItemSystemMessage(
+            id=item.id, type="message", role="system", object="realtime.item",
+            content=[SystemContent(type="input_text", text=item.text)],
+        )
+    content = (
+        UserContent(type="input_audio", transcript=item.text if item.transcribed and item.transcribed.done() else None)
+        if item.transcribed is not None
+        else UserContent(type="input_text", text=item.text)
+    )
+    return RealtimeConversationItemUserMessage(
+        id=item.id, type="message", role="user", object="realtime.item", status="completed", content=[content]
+    )
+
+
+def _truncate(spoken: list[tuple[int, str]], audio_end_ms: int) -> tuple[str, list[tuple[int, str]]]:
+    """Keep the text the listener heard: whole pieces before ``audio_end_ms`` and the
+    heard share of the words of the piece it falls in."""
+    kept: list[tuple[int, str]] = []
+    start = 0
+    for end, text in spoken:
+        if end <= audio_end_ms:
+            kept.append((end, text))
+        else:
+            words = text.split()
+            heard = round(len(words) * (audio_end_ms - start) / max(1, end - start))
+            if heard:
+                kept.append((audio_end_ms, (" " if kept else "") + " ".join(words[:heard])))
+            break
+        start = end
+    return "".join(text for _, text in kept), kept
+
+
+def _log_crash(task: "asyncio.Task[Any]") -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("session task failed", exc_info=task.exception())

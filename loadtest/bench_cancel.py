@@ -1,0 +1,191 @@
+"""Benchmark of cross-process cancel scopes: ``python -m loadtest.bench_cancel``.
+
+For each placement it measures what a worker pays per staleness check (a local read), what
+a remote read would have cost instead, how long a cancel in the ingress process takes to
+reach a worker process, and what each session costs the host side. Human-readable lines
+first; the last line is one JSON object.
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+import timeit
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import psutil
+import ray
+from ray.actor import ActorHandle
+
+from cancel import ScopeCache, ScopeDirectory, ScopePlacementConfig, ScopeTicket, SessionScope
+
+Placement = Literal["shared", "dedicated"]
+TRIALS = 300
+REMOTE_CALLS = 300
+IS_STALE_CALLS = 1_000_000
+
+
+@ray.remote(num_cpus=0)
+class BenchWorker:
+    """A worker process: holds a view of every session and times when a cancel reaches it."""
+
+    def __init__(self) -> None:
+        self._held: list[Any] = []
+        self._armed: asyncio.Task[int] | None = None
+
+    async def hold(self, tickets: list[ScopeTicket]) -> dict[str, int]:
+        cache = ScopeCache.for_current_loop()
+        self._held = [cache.watch(ticket) for ticket in tickets]
+        return cache.stats()
+
+    async def arm(self, ticket: ScopeTicket) -> None:
+        """Start waiting for the ticket's view to turn stale."""
+        view = ScopeCache.for_current_loop().watch(ticket)
+        assert not view.is_stale()
+        self._armed = asyncio.get_running_loop().create_task(self._observe(view))
+
+    async def observed(self) -> int:
+        """When (``time.monotonic_ns``, system-wide) the armed view turned stale."""
+        assert self._armed is not None
+        return await self._armed
+
+    async def release(self) -> dict[str, int]:
+        for view in self._held:
+            view.release()
+        self._held = []
+        cache = ScopeCache.for_current_loop()
+        await cache.idle()
+        return cache.stats()
+
+    @staticmethod
+    async def _observe(view: Any) -> int:
+        with view:
+            await view.wait_stale()
+            return time.monotonic_ns()
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def host_pids(hosts: list[ActorHandle]) -> list[int]:
+    return [(await host.stats.remote())["pid"] for host in hosts]
+
+
+def memory_bytes(pids: list[int], mode: Placement) -> int:
+    """Host memory: RSS growth tells a shared host's cost; PSS counts whole dedicated processes."""
+    if mode == "shared":
+        return sum(psutil.Process(pid).memory_info().rss for pid in pids)
+    return sum(psutil.Process(pid).memory_full_info().pss for pid in pids)
+
+
+async def settle(hosts: set[ActorHandle]) -> None:
+    """Wait until the worker's poll restarts have drained: one poll pending per host used."""
+    async with asyncio.timeout(60):
+        for host in hosts:
+            while (await host.stats.remote())["pending_polls"] != 1:
+                await asyncio.sleep(0.01)
+
+
+async def is_stale_ns(scope: SessionScope) -> float:
+    """A view's staleness check in this process, in ns per call."""
+    cache = ScopeCache.for_current_loop()
+    with cache.watch(scope.ticket()) as view:
+        seconds = min(timeit.repeat(view.is_stale, number=IS_STALE_CALLS, repeat=5))
+    await cache.idle()
+    return seconds / IS_STALE_CALLS * 1e9
+
+
+async def remote_call_us(scope: SessionScope) -> list[float]:
+    """What asking the host instead would cost: one staleness read per call."""
+    known = {scope.session_id: scope.version}
+    samples: list[float] = []
+    for _ in range(REMOTE_CALLS):
+        start = time.perf_counter()
+        await scope.host.wait_changes.remote(known, 0)
+        samples.append((time.perf_counter() - start) * 1e6)
+    return samples
+
+
+async def cancel_to_observed_ms(scopes: list[SessionScope], worker: ActorHandle) -> list[float]:
+    """Cancels of random sessions, one at a time, as the worker process observes them."""
+    samples: list[float] = []
+    for _ in range(TRIALS):
+        scope = random.choice(scopes)
+        await worker.arm.remote(scope.ticket())
+        start = time.monotonic_ns()
+        scope.cancel()
+        samples.append((await worker.observed.remote() - start) / 1e6)
+    return samples
+
+
+async def bench_size(mode: Placement, sessions: int, result: dict[str, Any]) -> None:
+    directory = await ScopeDirectory.create(ScopePlacementConfig(mode=mode))
+    worker = BenchWorker.remote()
+    before = memory_bytes(await host_pids(directory.hosts), mode)
+    opened = time.perf_counter()
+    scopes = list(await asyncio.gather(*(directory.open_session() for _ in range(sessions))))
+    opened = time.perf_counter() - opened
+    stats = await worker.hold.remote([scope.ticket() for scope in scopes])
+    await settle({scope.host for scope in scopes})
+    pids = await host_pids(directory.hosts)
+    per_session = (memory_bytes(pids, mode) - before) / sessions
+    print(
+        f"{mode} {sessions} sessions: opened in {opened:.2f} s, {len(set(pids))} host processes,"
+        f" worker polls {stats['host_polls']}, host memory {per_session / 1024:.1f} KiB/session"
+    )
+    if sessions == 1:
+        result["is_stale_ns"] = round(await is_stale_ns(scopes[0]), 1)
+        result["remote_call_us_p50"] = round(statistics.median(await remote_call_us(scopes[0])), 1)
+        print(f"  is_stale {result['is_stale_ns']} ns,", end=" ")
+        print(f"remote read p50 {result['remote_call_us_p50']} us")
+    samples = await cancel_to_observed_ms(scopes, worker)
+    p50, p99 = statistics.median(samples), percentile(samples, 0.99)
+    result["cancel_to_observed_ms_p50"][str(sessions)] = round(p50, 2)
+    result["cancel_to_observed_ms_p99"][str(sessions)] = round(p99, 2)
+    result["bytes_per_session"] = round(per_session)
+    result["processes_per_1000_sessions"] = round(len(set(pids)) / sessions * 1000, 1)
+    print(f"  cancel -> observed p50 {p50:.2f} ms, p99 {p99:.2f} ms ({TRIALS} cancels)")
+    await worker.release.remote()
+    await directory.shutdown()
+    ray.kill(worker)
+
+
+async def bench(sizes: dict[Placement, list[int]], dedicated_note: str) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for mode, counts in sizes.items():
+        result: dict[str, Any] = {"cancel_to_observed_ms_p50": {}, "cancel_to_observed_ms_p99": {}}
+        for sessions in counts:
+            await bench_size(mode, sessions, result)
+        results[mode] = result
+    results["dedicated"]["note"] = dedicated_note
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shared-sessions", type=int, nargs="+", default=[1, 100, 1000])
+    parser.add_argument("--dedicated-sessions", type=int, nargs="+", default=[1, 100])
+    args = parser.parse_args()
+    note = (
+        f"stops at {max(args.dedicated_sessions)} sessions: one Ray worker process per session"
+        " (~50 MB PSS, 0.25-0.5 s to start); ~275 exhausted this 24 GiB machine"
+    )
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        sizes: dict[Placement, list[int]] = {
+            "shared": args.shared_sessions,
+            "dedicated": args.dedicated_sessions,
+        }
+        results = asyncio.run(bench(sizes, note))
+    finally:
+        ray.shutdown()
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

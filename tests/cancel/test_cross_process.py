@@ -1,0 +1,223 @@
+"""Cancels in the ingress process are seen by workers in other processes (real local Ray)."""
+
+import asyncio
+import random
+from functools import partial
+
+import pytest
+import ray
+from eventually import eventually
+from ray.actor import ActorHandle
+from ray.exceptions import ActorDiedError
+from ray.util.state import list_actors
+from ray.util.state.exception import ServerUnavailable
+
+from cancel import ScopeDirectory, ScopePlacementConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_cancel_is_observed_by_a_worker_in_another_process(
+    directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    cancelled, bystander = await asyncio.gather(directory.open_session(), directory.open_session())
+    gen = cancelled.generation
+    fresh = await worker.watch.remote(
+        {"cancelled": cancelled.ticket(), "bystander": bystander.ticket()}
+    )
+    assert fresh == {"cancelled": False, "bystander": False}
+    generating = worker.generate.remote("cancelled", 0.001)
+
+    assert cancelled.cancel() == gen + 1
+    assert cancelled.is_stale(gen)  # the ingress's own filter is exact at once
+
+    await generating  # the worker's token loop ends: it saw the cancel
+    assert await worker.stale.remote() == {"cancelled": True, "bystander": False}
+
+
+async def test_ticket_for_a_superseded_generation_is_stale_from_birth(
+    directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    scope = await directory.open_session()
+    gen = scope.generation
+    scope.cancel()
+    assert await worker.watch.remote({"old": scope.ticket(gen)}) == {"old": True}
+    assert await worker.watch.remote({"new": scope.ticket()}) == {"new": False}
+
+
+async def test_ticket_ahead_of_the_host_stays_fresh(
+    shared_directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    """A ticket issued before its cancel reached the host must not read as stale meanwhile."""
+    scope = await shared_directory.open_session()
+    for _ in range(3):
+        scope.cancel()
+        assert await worker.watch.remote({"now": scope.ticket()}) == {"now": False}
+        await scope.flush()
+        assert await worker.stale.remote() == {"now": False}
+        observed = worker.observe.remote("now")
+        scope.cancel()
+        await observed
+        await worker.release.remote(["now"])
+
+
+async def test_session_watched_later_joins_the_pending_poll(
+    ray_local: None, worker: ActorHandle
+) -> None:
+    directory = await ScopeDirectory.create(ScopePlacementConfig(num_hosts=1))
+    first, later = await asyncio.gather(directory.open_session(), directory.open_session())
+    await worker.watch.remote({"first": first.ticket()})
+    await eventually(first.host.stats.remote, lambda stats: stats["pending_polls"] == 1)
+
+    await worker.watch.remote({"later": later.ticket()})
+    observed = worker.observe.remote("later")
+    later.cancel()
+    async with asyncio.timeout(5):  # well before the pending poll would time out on its own
+        await observed
+    assert (await worker.cache_stats.remote())["host_polls"] == 1
+    await directory.shutdown()
+
+
+async def test_many_sessions_share_one_poll_per_host(
+    shared_directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    scopes = await asyncio.gather(*(shared_directory.open_session() for _ in range(200)))
+    hosts = {scope.host for scope in scopes}
+    assert len(hosts) == 2
+    assert await worker.watch.remote({s.session_id: s.ticket() for s in scopes}) == {
+        s.session_id: False for s in scopes
+    }
+    stats = await worker.cache_stats.remote()
+    assert stats["sessions"] == 200 and stats["host_polls"] == 2
+    for host in hosts:  # restarted polls drain: one poll per host is left
+        await eventually(host.stats.remote, lambda s: s["pending_polls"] == 1)
+
+    victims = random.sample(scopes, 20)
+    observed = [worker.observe.remote(scope.session_id) for scope in victims]
+    for scope in victims:
+        scope.cancel()
+    await asyncio.gather(*observed)
+
+    stale = await worker.stale.remote()
+    assert {sid for sid, is_stale in stale.items() if is_stale} == {s.session_id for s in victims}
+    assert (await worker.cache_stats.remote())["host_polls"] == 2
+
+
+async def test_closing_a_session_stops_its_work(
+    directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    scope = await directory.open_session()
+    await worker.watch.remote({"r": scope.ticket()})
+    observed = worker.observe.remote("r")
+    await scope.close()
+    await observed
+
+
+async def test_killed_host_stops_work_and_the_session_recovers(
+    directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    cancelled, idle = await asyncio.gather(directory.open_session(), directory.open_session())
+    old_epochs = {cancelled.epoch, idle.epoch}
+    await worker.watch.remote({"before": cancelled.ticket(), "idle": idle.ticket()})
+    generating = worker.generate.remote("before", 0.001)
+
+    for host in {cancelled.host, idle.host}:
+        ray.kill(host, no_restart=False)
+    await generating  # the worker does not hang on the dead host: its work turns stale
+
+    cancelled.cancel()
+    await cancelled.flush()  # re-opened on the restarted host, under a new epoch
+    assert cancelled.epoch not in old_epochs
+    assert await worker.watch.remote({"after": cancelled.ticket()}) == {"after": False}
+    assert await worker.stale.remote() == {"before": True, "idle": True, "after": False}
+    observed = worker.observe.remote("after")
+    cancelled.cancel()
+    await observed
+
+    # The directory's watch of the host re-opens a session that saw no cancel, too.
+    async def idle_epoch() -> int:
+        return idle.epoch
+
+    await eventually(idle_epoch, lambda epoch: epoch not in old_epochs)
+    await idle.flush()
+    assert await worker.watch.remote({"idle again": idle.ticket()}) == {"idle again": False}
+
+
+async def test_host_dead_for_good_stops_work(
+    directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    scope = await directory.open_session()
+    await worker.watch.remote({"r": scope.ticket()})
+    generating = worker.generate.remote("r", 0.001)
+    ray.kill(scope.host, no_restart=True)
+    await generating
+    assert await worker.cache_stats.remote() == {
+        "sessions": 1,
+        "host_polls": 0,
+        "outstanding_polls": 0,
+    }
+    scope.cancel()
+    with pytest.raises(ActorDiedError):
+        await scope.flush()
+
+
+async def test_nothing_is_left_after_sessions_close(
+    directory: ScopeDirectory, worker: ActorHandle
+) -> None:
+    scopes = await asyncio.gather(*(directory.open_session() for _ in range(4)))
+    hosts = set(directory.hosts)
+    await worker.watch.remote({s.session_id: s.ticket() for s in scopes})
+    observed = [worker.observe.remote(s.session_id) for s in scopes]
+    await asyncio.gather(*(scope.close() for scope in scopes))
+    await asyncio.gather(*observed)
+
+    assert await worker.release_all.remote() == {
+        "sessions": 0,
+        "host_polls": 0,
+        "outstanding_polls": 0,
+    }
+    if directory.config.mode == "shared":
+        for host in hosts:
+            stats = await host.stats.remote()
+            assert (stats["sessions"], stats["pending_polls"]) == (0, 0)
+    else:  # a dedicated host ends with its session
+        assert directory.hosts == []
+        await assert_dead(hosts)
+    await directory.shutdown()
+    await assert_dead(hosts)
+
+
+async def test_state_api_sees_no_live_host_after_shutdown(ray_local: None) -> None:
+    directory = await ScopeDirectory.create(ScopePlacementConfig(num_hosts=2))
+    actor_ids = {(await host.stats.remote())["actor_id"] for host in directory.hosts}
+    try:
+        assert host_states(actor_ids) == {"ALIVE"}
+    except ServerUnavailable:
+        await directory.shutdown()
+        pytest.skip("Ray's state API needs the dashboard: ray.init(include_dashboard=True)")
+    await directory.shutdown()
+    assert host_states(actor_ids) == {"DEAD"}
+
+
+def host_states(actor_ids: set[str]) -> set[str]:
+    """States of these ScopeHost actors as Ray's state API reports them."""
+    actors = list_actors(
+        address=ray.get_runtime_context().gcs_address,
+        filters=[("class_name", "=", "ScopeHost")],
+        limit=10_000,
+    )
+    return {actor.state for actor in actors if actor.actor_id in actor_ids}
+
+
+async def assert_dead(hosts: set[ActorHandle]) -> None:
+    """Each host is dead for good (``ray.kill`` takes effect asynchronously)."""
+
+    async def dead(host: ActorHandle) -> bool:
+        try:
+            await host.stats.remote()
+        except ActorDiedError:
+            return True
+        return False
+
+    for host in hosts:
+        await eventually(partial(dead, host), bool)

@@ -1,0 +1,48 @@
+"""A Realtime test client on top of the stock ``openai`` SDK connection."""
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from handlers.audio import REALTIME_RATE
+
+APP_NAME = "voice-test"
+MAX_SESSIONS = 3
+EVENT_TIMEOUT_S = 60
+
+
+class Client:
+    """An SDK connection plus the bookkeeping the tests assert on."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.events: list[Any] = []
+
+    async def send_audio(self, pcm: bytes, frame_ms: int = 100, realtime: bool = False) -> None:
+        frame = REALTIME_RATE * 2 * frame_ms // 1000
+        for offset in range(0, len(pcm), frame):
+            chunk = base64.b64encode(pcm[offset : offset + frame]).decode()
+            await self.connection.input_audio_buffer.append(audio=chunk)
+            if realtime:
+                await asyncio.sleep(frame_ms / 1000)  # pacing a live microphone, not synchronisation
+
+    async def until(self, done: Callable[[Any], bool], timeout_s: float = EVENT_TIMEOUT_S) -> Any:
+        """Receive events until ``done(event)``; return that event."""
+        async with asyncio.timeout(timeout_s):
+            async for event in self.connection:
+                self.events.append(event)
+                if done(event):
+                    return event
+        raise AssertionError("connection closed before the expected event")
+
+    def of_type(self, event_type: str, response_id: str | None = None) -> list[Any]:
+        return [
+            e
+            for e in self.events
+            if e.type == event_type and (response_id is None or getattr(e, "response_id", None) == response_id)
+        ]
+
+
+def audio_of(client: Client, response_id: str) -> bytes:
+    return b"".join(base64.b64decode(e.delta) for e in client.of_type("response.output_audio.delta", response_id))

@@ -1,0 +1,170 @@
+"""End to end on the real stack: local Ray, CPU models, the stock OpenAI SDK as client."""
+
+import asyncio
+import json
+import urllib.request
+
+import jiwer
+import websockets
+from ray import serve
+
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
+from realtime_client import APP_NAME, MAX_SESSIONS, audio_of
+
+LONG_QUESTION = "Tell me a long story about a brave knight and a dragon."
+
+
+def normalise(text: str) -> str:
+    return jiwer.RemovePunctuation()(text.lower()).strip()
+
+
+def is_done(event) -> bool:
+    return event.type == "response.done"
+
+
+async def test_full_spoken_turn(connect, pcm24k, stt) -> None:
+    async with connect() as client:
+        await client.send_audio(pcm24k("What is the capital of France?"))
+        done = await client.until(is_done)
+
+    assert done.response.status == "completed"
+    (transcription,) = client.of_type("conversation.item.input_audio_transcription.completed")
+    assert "capital of france" in normalise(transcription.transcript)
+    assert [e.type for e in client.events].index("input_audio_buffer.speech_stopped") < [
+        e.type for e in client.events
+    ].index("response.created")
+    (transcript,) = client.of_type("response.output_audio_transcript.done", done.response.id)
+    assert "paris" in transcript.transcript.lower()
+    pcm = audio_of(client, done.response.id)
+    heard = stt.transcribe(resample(pcm16_to_float(pcm), REALTIME_RATE, SPEECH_RATE))
+    # Characters, not words: tiny.en hears Piper's "France is" as "Francis".
+    assert jiwer.cer(normalise(transcript.transcript), normalise(heard)) <= 0.15
+
+
+async def test_barge_in_cancels_and_answers_the_new_question(connect, pcm24k) -> None:
+    async with connect() as client:
+        await client.send_audio(pcm24k(LONG_QUESTION))
+        first = await client.until(lambda e: e.type == "response.output_audio.delta")
+        await client.send_audio(pcm24k("What is the capital of France?"), realtime=True)
+        cancelled = await client.until(lambda e: is_done(e) and e.response.id == first.response_id)
+        answered = await client.until(is_done)
+
+    assert cancelled.response.status == "cancelled"
+    assert cancelled.response.status_details.reason == "turn_detected"
+    types = [e.type for e in client.events]
+    after_cancel = client.events[client.events.index(cancelled) :]
+    assert not [e for e in after_cancel if getattr(e, "response_id", None) == first.response_id]
+    speech_started = [i for i, e in enumerate(client.events) if e.type == "input_audio_buffer.speech_started"]
+    old_deltas = [
+        i for i, e in enumerate(client.events) if e.type == "response.output_audio.delta" and e.response_id == first.response_id
+    ]
+    assert max(old_deltas) < speech_started[1], "old audio after the barge-in's speech_started"
+    assert answered.response.status == "completed"
+    (transcript,) = client.of_type("response.output_audio_transcript.done", answered.response.id)
+    assert "paris" in transcript.transcript.lower()
+    assert types.count("response.done") == 2
+
+
+async def test_response_cancel_is_client_cancelled_and_silent_after(connect, pcm24k) -> None:
+    async with connect() as client:
+        await client.send_audio(pcm24k(LONG_QUESTION))
+        first = await client.until(lambda e: e.type == "response.output_audio.delta")
+        await client.connection.response.cancel()
+        cancelled = await client.until(is_done)
+        # A later request proves the session still works and flushes anything left in flight.
+        await client.connection.response.cancel()
+        error = await client.until(lambda e: e.type == "error")
+
+    assert cancelled.response.id == first.response_id
+    assert cancelled.response.status == "cancelled"
+    assert cancelled.response.status_details.reason == "client_cancelled"
+    after = client.events[client.events.index(cancelled) + 1 :]
+    assert not [e for e in after if getattr(e, "response_id", None) == first.response_id]
+    assert error.error.code == "response_cancel_not_active"
+
+
+async def test_two_sessions_get_their_own_answers(connect, pcm24k) -> None:
+    async def spoken(client) -> str:
+        await client.send_audio(pcm24k("What is the capital of France?"))
+        done = await client.until(is_done)
+        return client.of_type("response.output_audio_transcript.done", done.response.id)[0].transcript
+
+    async def manual(client) -> str:
+        """turn_detection null: explicit commit and response.create."""
+        await client.connection.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+        )
+        updated = await client.until(lambda e: e.type == "session.updated")
+        assert updated.session.audio.input.turn_detection is None
+        await client.send_audio(pcm24k("What is the capital of Germany?"))
+        await client.connection.input_audio_buffer.commit()
+        await client.until(lambda e: e.type == "input_audio_buffer.committed")
+        await client.connection.response.create()
+        done = await client.until(is_done)
+        assert not client.of_type("input_audio_buffer.speech_started")
+        return client.of_type("response.output_audio_transcript.done", done.response.id)[0].transcript
+
+    async with connect() as first, connect() as second:
+        france, germany = await asyncio.gather(spoken(first), manual(second))
+    assert "paris" in france.lower()
+    assert "berlin" in germany.lower()
+
+
+async def test_bad_input_gets_errors_and_the_session_goes_on(connect) -> None:
+    async with connect() as client:
+        ws = client.connection
+        await ws.send_raw("this is not json")  # type: ignore[attr-defined]
+        not_json = await client.until(lambda e: e.type == "error")
+        await ws.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": "***"}))  # type: ignore[attr-defined]
+        bad_audio = await client.until(lambda e: e.type == "error")
+        await ws.send_raw(json.dumps({"type": "no.such.event", "event_id": "evt_1"}))  # type: ignore[attr-defined]
+        unknown = await client.until(lambda e: e.type == "error")
+        await ws.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}
+        )
+        await ws.response.create()
+        done = await client.until(is_done)
+
+    assert not_json.error.code == "invalid_json"
+    assert bad_audio.error.code == "invalid_value"
+    assert unknown.error.code == "invalid_event" and unknown.error.event_id == "evt_1"
+    assert done.response.status == "completed"
+
+
+async def test_session_cap_refuses_with_an_error(connect, realtime_url) -> None:
+    async with connect(), connect(), connect():
+        async with websockets.connect(f"{realtime_url}/realtime?model=s2s") as extra:
+            refusal = json.loads(await asyncio.wait_for(extra.recv(), 10))
+            await asyncio.wait_for(extra.wait_closed(), 10)
+    assert MAX_SESSIONS == 3
+    assert refusal["type"] == "error" and refusal["error"]["code"] == "session_limit_reached"
+    assert extra.close_code == 1013
+
+
+async def test_disconnect_mid_response_leaves_nothing_behind(connect, pcm24k, realtime_url) -> None:
+    async with connect() as client:
+        await client.send_audio(pcm24k(LONG_QUESTION))
+        await client.until(lambda e: e.type == "response.output_audio.delta")
+
+    llm = serve.get_deployment_handle("LLM", APP_NAME)
+    health_url = realtime_url.replace("ws://", "http://").removesuffix("/v1") + "/healthz"
+
+    async def settled() -> bool:
+        unfinished = await llm.unfinished_requests.remote()
+        health = await asyncio.to_thread(lambda: json.load(urllib.request.urlopen(health_url)))
+        return unfinished == 0 and health["sessions"] == 0 and health["scopes"] == 0
+
+    async with asyncio.timeout(20):
+        while not await settled():  # the close travels through Serve and Ray: poll until it lands
+            await asyncio.sleep(0.2)
+
+
+async def test_shutdown_closes_open_sessions_with_going_away(connect, realtime_url) -> None:
+    """Last in this module: it deletes the application."""
+    async with websockets.connect(f"{realtime_url}/realtime?model=s2s") as client:
+        created = json.loads(await asyncio.wait_for(client.recv(), 10))
+        assert created["type"] == "session.created"
+        deleting = asyncio.ensure_future(asyncio.to_thread(serve.delete, APP_NAME))
+        await asyncio.wait_for(client.wait_closed(), 30)
+        await deleting
+    assert client.close_code == 1001
