@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install assets run demo test bench-handlers bench-cancel
+.PHONY: install assets run demo test bench-handlers bench-cancel bench-e2e
 
 install: $(INSTALLED)
 
@@ -29,7 +29,13 @@ $(INSTALLED): pyproject.toml Makefile
 assets: install
 	$(PY) -m handlers.assets
 
-run: demo
+# Serves cluster/local.yaml on $(PORT) and prints the WebSocket URL once every replica is up.
+# Ctrl-C stops `serve run`, which shuts Serve and Ray down.
+run: install assets
+	sed 's/^  port: 8000$$/  port: $(PORT)/' cluster/local.yaml > $(VENV)/serve-local.yaml
+	$(PY) -m deployments.ready --port $(PORT) & \
+	trap 'kill $$! 2>/dev/null' EXIT; \
+	$(VENV)/bin/serve run $(VENV)/serve-local.yaml
 
 # One spoken turn through the four real models in one process, no Ray.
 demo: install assets
@@ -43,3 +49,6 @@ bench-handlers: install assets
 
 bench-cancel: install
 	$(PY) -m loadtest.bench_cancel
+
+bench-e2e: install assets
+	$(PY) -m loadtest.bench_e2e

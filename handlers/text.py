@@ -1,8 +1,9 @@
 """Turn a stream of LLM text deltas into TTS-sized pieces.
 
-The first piece is cut early, at the first clause boundary once it has a few words, so
-speech can start while the model is still writing; later pieces are whole sentences,
-which synthesise with better prosody.
+The first piece is cut early -- at the first clause boundary once it has a few words, or
+after ``first_chunk_max_words`` words at a word boundary -- so speech can start while the
+model is still writing; later pieces are whole sentences, which synthesise with better
+prosody.
 """
 
 import re
@@ -10,15 +11,17 @@ from collections.abc import Iterator
 
 _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:—]\s")
+_WORD_END = re.compile(r"\S+\s")
 
 
 class SpeechChunker:
     """Accumulates deltas and releases speakable chunks as soon as they are complete."""
 
-    def __init__(self, first_chunk_min_words: int = 3, max_chars: int = 300) -> None:
+    def __init__(self, first_chunk_min_words: int = 3, first_chunk_max_words: int = 5, max_chars: int = 300) -> None:
         self._buffer = ""
         self._first = True
         self._first_chunk_min_words = first_chunk_min_words
+        self._first_chunk_max_words = first_chunk_max_words
         self._max_chars = max_chars
 
     def feed(self, delta: str) -> Iterator[str]:
@@ -43,6 +46,10 @@ class SpeechChunker:
             for match in _CLAUSE_END.finditer(self._buffer):
                 if len(self._buffer[: match.start()].split()) >= self._first_chunk_min_words:
                     return match.end()
+            # A word is complete once whitespace follows it.
+            words = list(_WORD_END.finditer(self._buffer))
+            if len(words) >= self._first_chunk_max_words:
+                return words[self._first_chunk_max_words - 1].end()
         if len(self._buffer) > self._max_chars:
             space = self._buffer.rfind(" ", 0, self._max_chars)
             return space + 1 if space > 0 else self._max_chars

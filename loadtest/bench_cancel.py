@@ -24,6 +24,7 @@ from cancel import ScopeCache, ScopeDirectory, ScopePlacementConfig, ScopeTicket
 
 Placement = Literal["shared", "dedicated"]
 TRIALS = 300
+OPEN_BATCH = 20
 REMOTE_CALLS = 300
 IS_STALE_CALLS = 1_000_000
 
@@ -70,6 +71,15 @@ class BenchWorker:
 def percentile(samples: Sequence[float], fraction: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def open_sessions(directory: ScopeDirectory, count: int) -> list[SessionScope]:
+    """Sessions opened a batch at a time, as clients connect, not all in one burst."""
+    scopes: list[SessionScope] = []
+    while len(scopes) < count:
+        batch = min(OPEN_BATCH, count - len(scopes))
+        scopes += await asyncio.gather(*(directory.open_session() for _ in range(batch)))
+    return scopes
 
 
 async def host_pids(hosts: list[ActorHandle]) -> list[int]:
@@ -128,7 +138,7 @@ async def bench_size(mode: Placement, sessions: int, result: dict[str, Any]) -> 
     worker = BenchWorker.remote()
     before = memory_bytes(await host_pids(directory.hosts), mode)
     opened = time.perf_counter()
-    scopes = list(await asyncio.gather(*(directory.open_session() for _ in range(sessions))))
+    scopes = await open_sessions(directory, sessions)
     opened = time.perf_counter() - opened
     stats = await worker.hold.remote([scope.ticket() for scope in scopes])
     await settle({scope.host for scope in scopes})

@@ -14,15 +14,24 @@ def test_first_chunk_is_cut_at_a_clause() -> None:
     assert out == ["Well, the capital of France,", "as you know, is Paris.", "It is big."]
 
 
+def test_first_chunk_without_punctuation_is_cut_after_a_few_words() -> None:
+    chunker = SpeechChunker(first_chunk_max_words=5)
+    out = []
+    for delta in ["The", " capital", " of", " France", " is", " Paris", ". It", " is", " big", " and", " old."]:
+        out.extend(chunker.feed(delta))
+    out.extend(chunker.flush())
+    assert out == ["The capital of France is", "Paris.", "It is big and old."]
+
+
 def test_chunker_flushes_unterminated_text_and_skips_empty() -> None:
     chunker = SpeechChunker()
-    assert list(chunker.feed("no end here")) == []
+    assert list(chunker.feed("no end here")) == []  # three words: under the early cut
     assert list(chunker.flush()) == ["no end here"]
     assert list(chunker.flush()) == []
 
 
 def test_chunker_splits_runaway_text() -> None:
-    chunker = SpeechChunker(max_chars=20)
+    chunker = SpeechChunker(first_chunk_max_words=100, max_chars=20)
     out = list(chunker.feed("word " * 20))
     assert out and all(len(c) <= 20 for c in out)
 
