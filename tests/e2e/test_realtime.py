@@ -110,6 +110,35 @@ async def test_two_sessions_get_their_own_answers(connect, pcm24k) -> None:
     assert "berlin" in germany.lower()
 
 
+async def test_create_response_false_truncate_and_clear(connect, pcm24k) -> None:
+    async with connect() as client:
+        ws = client.connection
+        await ws.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}}
+        )
+        await client.until(lambda e: e.type == "session.updated")
+        await client.send_audio(pcm24k("What is the capital of France?"))
+        await client.until(lambda e: e.type == "conversation.item.input_audio_transcription.completed")
+        assert not client.of_type("response.created"), "create_response=false still answered"
+        await ws.response.create()
+        done = await client.until(is_done)
+        item_id = done.response.output[0].id
+        await ws.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=500)
+        truncated = await client.until(lambda e: e.type == "conversation.item.truncated")
+        await ws.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=10**6)
+        too_far = await client.until(lambda e: e.type == "error")
+        await client.send_audio(bytes(4800))
+        await ws.input_audio_buffer.clear()
+        await client.until(lambda e: e.type == "input_audio_buffer.cleared")
+        await ws.input_audio_buffer.commit()
+        empty = await client.until(lambda e: e.type == "error")
+
+    assert done.response.status == "completed"
+    assert (truncated.item_id, truncated.audio_end_ms) == (item_id, 500)
+    assert too_far.error.code == "invalid_value" and too_far.error.param == "audio_end_ms"
+    assert empty.error.code == "input_audio_buffer_commit_empty"
+
+
 async def test_bad_input_gets_errors_and_the_session_goes_on(connect) -> None:
     async with connect() as client:
         ws = client.connection
