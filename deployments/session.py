@@ -69,7 +69,7 @@ from openai.types.realtime.realtime_conversation_item_user_message import Conten
 from openai.types.realtime.realtime_conversation_item_user_message import (
     RealtimeConversationItemUserMessage,
 )
-from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from cancel import SessionScope
 from deployments.config import IngressConfig
@@ -77,7 +77,15 @@ from deployments.messages import ChatMessage, LLMRequest, TTSRequest
 from deployments.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, b64_pcm16_decode, pcm16_to_float
 from handlers.text import SpeechChunker
-from handlers.vad import SpeechStarted, TurnDetection, UtteranceBuffer, VADEvent, VADState
+from handlers.vad import (
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    TurnDetection,
+    UtteranceBuffer,
+    VADEvent,
+    VADState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +93,9 @@ AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
 MIN_COMMIT_MS = 100
 VAD_BATCH_SAMPLES = SPEECH_RATE // 2
 """At most 0.5 s per VAD call, well inside the utterance buffer's look-back."""
+VAD_MIN_BATCH = 3 * 512
+"""Three silero windows (96 ms) per VAD call while audio keeps coming."""
+VAD_BATCH_WAIT_S = 0.1
 
 CancelReason = Literal["turn_detected", "client_cancelled"]
 
@@ -113,10 +124,37 @@ class Item:
 
 
 @dataclass
+class Speculation:
+    """Work started in the pause that may end the user's turn (see ``SpeechPaused``): the
+    transcript and, when a response would follow, the LLM's answer. Used when the pause
+    becomes the end of the turn with nothing changed; dropped when speech resumes."""
+
+    stt: DeploymentResponse
+    transcript: "asyncio.Task[str]"
+    answer: "asyncio.Task[None] | None" = None
+    llm: DeploymentResponseGenerator | None = None
+    generation: int | None = None
+    messages: list[ChatMessage] = field(default_factory=list)
+
+    def cancel(self) -> None:
+        self.stt.cancel()
+        self.transcript.cancel()
+        self.drop_answer()
+
+    def drop_answer(self) -> None:
+        """Stop the speculative LLM stream; the transcript stays usable."""
+        if self.answer is not None:
+            self.answer.cancel()
+        if self.llm is not None:
+            self.llm.cancel()
+
+
+@dataclass
 class ResponseRun:
     id: str
     item: Item
     generation: int
+    speculation: Speculation | None = None
     streams: set[DeploymentResponseGenerator] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
     audio_ms: int = 0
@@ -147,6 +185,7 @@ class RealtimeSession:
         self._buffer = UtteranceBuffer(config.turn_detection.prefix_padding_ms, config.max_input_audio_s)
         self._vad_state = VADState(config.turn_detection)
         self._speech_item_id: str | None = None
+        self._speculation: Speculation | None = None
         self._audio_epoch = 0
         """Bumped whenever the audio input restarts; a VAD answer for an older epoch is void."""
         self._outgoing: asyncio.Queue[tuple[int | None, OpenAIModel]] = asyncio.Queue(config.outgoing_events)
@@ -189,6 +228,7 @@ class RealtimeSession:
         VAD state, audio buffers and queues die with this object.
         """
         self._cancel_response(None)
+        self._drop_speculation()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -281,6 +321,7 @@ class RealtimeSession:
 
     def _restart_audio_input(self) -> None:
         """New settings or a cleared buffer: forget the audio and the detector's state."""
+        self._drop_speculation()
         settings = self._turn_detection or self._config.turn_detection
         self._vad_state = VADState(settings)
         self._buffer = UtteranceBuffer(settings.prefix_padding_ms, self._config.max_input_audio_s)
@@ -358,27 +399,59 @@ class RealtimeSession:
 
     async def _vad_loop(self) -> None:
         while True:
-            batch = [await self._audio_in.get()]
-            taken = 1
-            while self._audio_in.qsize() and sum(len(b) for b in batch) < VAD_BATCH_SAMPLES:
-                batch.append(self._audio_in.get_nowait())
-                taken += 1
-            try:
-                audio = np.concatenate(batch)
-                self._buffer.append(audio)
-                if self._turn_detection is not None:
-                    epoch = self._audio_epoch
-                    state, events = await self._stages.vad.detect.remote(self._vad_state, audio)
-                    if epoch != self._audio_epoch:
-                        continue  # cleared or reconfigured meanwhile: this answer is void
-                    self._vad_state = state
-                    for vad_event in events:
-                        await self._on_vad_event(vad_event)
-            finally:
-                for _ in range(taken):
-                    self._audio_in.task_done()
+            audio, epoch = await self._next_audio()
+            if self._turn_detection is None:
+                continue
+            state, events = await self._stages.vad.detect.remote(self._vad_state, audio)
+            if epoch != self._audio_epoch:
+                continue  # cleared or reconfigured meanwhile: this answer is void
+            self._vad_state = state
+            for vad_event in events:
+                await self._on_vad_event(vad_event)
+
+    async def _next_audio(self) -> tuple[np.ndarray, int]:
+        """Audio for one VAD call, and the input epoch it belongs to.
+
+        Clients send 20-100 ms frames; one Serve call per frame would cost more CPU than
+        the model. So a call waits for ``VAD_MIN_BATCH`` samples (or ``VAD_BATCH_WAIT_S``
+        without more audio) and takes at most ``VAD_BATCH_SAMPLES``. Each frame enters the
+        utterance buffer as soon as it is taken, so a commit never waits for the VAD.
+        """
+        pieces = [self._take_audio(await self._audio_in.get())]
+        epoch = self._audio_epoch
+        deadline = asyncio.get_running_loop().time() + VAD_BATCH_WAIT_S
+        while (total := sum(map(len, pieces))) < VAD_BATCH_SAMPLES:
+            if self._audio_in.empty():
+                if total >= VAD_MIN_BATCH:
+                    break
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        pieces.append(self._take_audio(await self._audio_in.get()))
+                except TimeoutError:
+                    break
+            else:
+                pieces.append(self._take_audio(self._audio_in.get_nowait()))
+        return np.concatenate(pieces), epoch
+
+    def _take_audio(self, piece: np.ndarray) -> np.ndarray:
+        self._buffer.append(piece)
+        self._audio_in.task_done()
+        return piece
 
     async def _on_vad_event(self, event: VADEvent) -> None:
+        if isinstance(event, SpeechPaused):
+            # Transcribe, and start answering, during the silence that may end the turn:
+            # if it does, that work is done or under way when the turn ends.
+            self._drop_speculation()
+            stt = self._stages.stt.transcribe.remote(self._buffer.peek(event.sample))
+            self._speculation = Speculation(stt, asyncio.ensure_future(_result(stt)))
+            if self._create_response and self._response is None:
+                history = list(self._items)  # the conversation this turn would extend
+                self._speculation.answer = self._spawn(self._speculate_answer(self._speculation, history))
+            return
+        if isinstance(event, SpeechResumed):
+            self._drop_speculation()
+            return
         if isinstance(event, SpeechStarted):
             self._buffer.mark_start(event.start_sample)
             self._speech_item_id = new_id("item")
@@ -393,27 +466,47 @@ class RealtimeSession:
             return
         item_id = self._speech_item_id or new_id("item")
         self._speech_item_id = None
+        speculation, self._speculation = self._speculation, None
         utterance = self._buffer.take(event.end_sample)
         await self._emit(server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id))
         if event.too_short:
+            if speculation is not None:
+                speculation.cancel()
             return
-        await self._commit(utterance, item_id)
+        await self._commit(utterance, item_id, speculation.transcript if speculation else None)
         if self._create_response and self._response is None:
-            await self._start_response()
+            await self._start_response(speculation)
+        elif speculation is not None:
+            speculation.drop_answer()
 
-    async def _commit(self, utterance: np.ndarray, item_id: str) -> None:
+    def _drop_speculation(self) -> None:
+        if self._speculation is not None:
+            self._speculation.cancel()
+            self._speculation = None
+
+    async def _speculate_answer(self, speculation: Speculation, history: list[Item]) -> None:
+        text = await speculation.transcript
+        scope = self._scope = await self._scope_opening
+        speculation.generation = scope.generation
+        speculation.messages = [*await self._prompt(history), {"role": "user", "content": text}]
+        request = LLMRequest(speculation.messages, scope.ticket(speculation.generation), new_id("resp"))
+        speculation.llm = self._stages.llm.options(stream=True).stream.remote(request)
+
+    async def _commit(self, utterance: np.ndarray, item_id: str, transcript: Awaitable[str] | None = None) -> None:
+        """Add the user's audio item; ``transcript`` is an STT call already under way."""
         previous = self._items[-1].id if self._items else None
         item = Item(item_id, "user", transcribed=asyncio.get_running_loop().create_future())
         self._items.append(item)
         self._trim_history()
         await self._emit(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
         await self._emit(server_event(ConversationItemAdded, item=_wire_item(item), previous_item_id=previous))
-        self._spawn(self._transcribe(item, utterance, previous))
+        transcript = transcript or self._stages.stt.transcribe.remote(utterance)
+        self._spawn(self._transcribe(item, transcript, len(utterance) / SPEECH_RATE, previous))
 
-    async def _transcribe(self, item: Item, utterance: np.ndarray, previous: str | None) -> None:
+    async def _transcribe(self, item: Item, transcript: Awaitable[str], seconds: float, previous: str | None) -> None:
         assert item.transcribed is not None
         try:
-            item.text = await self._stages.stt.transcribe.remote(utterance)
+            item.text = await transcript
         finally:
             item.transcribed.set_result(None)
         await self._emit(
@@ -425,18 +518,18 @@ class RealtimeSession:
                 item_id=item.id,
                 content_index=0,
                 transcript=item.text,
-                usage={"type": "duration", "seconds": round(len(utterance) / SPEECH_RATE, 3)},
+                usage={"type": "duration", "seconds": round(seconds, 3)},
             )
         )
         await self._emit(server_event(ConversationItemDone, item=_wire_item(item), previous_item_id=previous))
 
     # ---- responses -------------------------------------------------------------------
 
-    async def _start_response(self) -> None:
+    async def _start_response(self, speculation: Speculation | None = None) -> None:
         scope = await self._scope_opening
         self._scope = scope
         scope.new_response()
-        run = ResponseRun(id=new_id("resp"), item=Item(new_id("item"), "assistant"), generation=scope.generation)
+        run = ResponseRun(new_id("resp"), Item(new_id("item"), "assistant"), scope.generation, speculation)
         self._response = run
         run.task = self._spawn(self._respond(run, scope))
 
@@ -454,6 +547,8 @@ class RealtimeSession:
         self._scope.cancel()  # from here on the send loop drops this response's output
         for stream in run.streams:
             stream.cancel()
+        if run.speculation is not None:
+            run.speculation.drop_answer()
         run.task.cancel()
         status = RealtimeResponseStatus(type="cancelled", reason=reason)
         return server_event(ResponseDoneEvent, response=self._wire_response(run, "cancelled", status))
@@ -480,7 +575,9 @@ class RealtimeSession:
                 )
             )
             ticket = scope.ticket(gen)
-            llm = self._stages.llm.options(stream=True).stream.remote(LLMRequest(messages, ticket, run.id))
+            llm = await self._speculated_answer(run, messages)
+            if llm is None:
+                llm = self._stages.llm.options(stream=True).stream.remote(LLMRequest(messages, ticket, run.id))
             run.streams.add(llm)
             pieces: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4)
             producer = asyncio.ensure_future(_chunk(llm, pieces))
@@ -501,6 +598,17 @@ class RealtimeSession:
                 await self._emit(server_event(ResponseDoneEvent, response=self._wire_response(run, "failed", status)))
         finally:
             scope.response_done(gen)
+
+    async def _speculated_answer(self, run: ResponseRun, messages: list[ChatMessage]) -> DeploymentResponseGenerator | None:
+        """The LLM stream started during the pause, if it answers exactly this prompt."""
+        speculation = run.speculation
+        if speculation is None or speculation.answer is None:
+            return None
+        await asyncio.wait([speculation.answer])
+        if speculation.llm is not None and (speculation.generation, speculation.messages) == (run.generation, messages):
+            return speculation.llm
+        speculation.drop_answer()
+        return None
 
     async def _speak(self, run: ResponseRun, piece: str, ticket: Any) -> None:
         text = piece if not run.item.text else " " + piece
@@ -533,13 +641,15 @@ class RealtimeSession:
         await self._emit(server_event(ConversationItemDone, item=wire), gen)
         await self._emit(server_event(ResponseDoneEvent, response=self._wire_response(run, "completed")), gen)
 
-    async def _prompt(self) -> list[ChatMessage]:
-        """The conversation for the LLM, once every user utterance is transcribed."""
-        pending = [i.transcribed for i in self._items if i.transcribed is not None and not i.transcribed.done()]
+    async def _prompt(self, items: list[Item] | None = None) -> list[ChatMessage]:
+        """The conversation (default: the session's) for the LLM, once every user
+        utterance in it is transcribed."""
+        items = self._items if items is None else items
+        pending = [i.transcribed for i in items if i.transcribed is not None and not i.transcribed.done()]
         if pending:
             await asyncio.gather(*pending)
         messages = [{"role": "system", "content": self._instructions}] if self._instructions else []
-        messages += [{"role": i.role, "content": i.text} for i in self._items if i.text]
+        messages += [{"role": i.role, "content": i.text} for i in items if i.text]
         return messages
 
     def _trim_history(self) -> None:
@@ -597,6 +707,11 @@ async def _chunk(llm: DeploymentResponseGenerator, pieces: "asyncio.Queue[str | 
             await pieces.put(piece)
     finally:
         await pieces.put(None)
+
+
+async def _result(response: DeploymentResponse) -> Any:
+    """A Serve response as a task, which (unlike the response) may be awaited twice."""
+    return await response
 
 
 def _check_format(audio_format: Any, param: str) -> None:

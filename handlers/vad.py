@@ -77,7 +77,20 @@ class SpeechStopped:
         return samples_to_ms(self.end_sample)
 
 
-VADEvent = SpeechStarted | SpeechStopped
+@dataclass(frozen=True)
+class SpeechPaused:
+    """Silence began at ``sample``; it becomes a :class:`SpeechStopped` unless speech
+    resumes within ``silence_duration_ms``. Lets the caller start work speculatively."""
+
+    sample: int
+
+
+@dataclass(frozen=True)
+class SpeechResumed:
+    """Speech came back before the pause became a stop: speculative work is void."""
+
+
+VADEvent = SpeechStarted | SpeechPaused | SpeechResumed | SpeechStopped
 
 
 class VoiceActivityDetector:
@@ -93,6 +106,7 @@ class VoiceActivityDetector:
         whole = len(audio) // CHUNK_SAMPLES * CHUNK_SAMPLES
         events: list[VADEvent] = []
         for offset in range(0, whole, CHUNK_SAMPLES):
+            was_paused = bool(iterator.temp_end)
             boundary = iterator(torch.from_numpy(audio[offset : offset + CHUNK_SAMPLES]))
             state.samples_seen += CHUNK_SAMPLES
             if boundary and "start" in boundary and state.speech_start is None:
@@ -100,6 +114,8 @@ class VoiceActivityDetector:
                 events.append(SpeechStarted(state.speech_start))
             elif boundary and "end" in boundary and state.speech_start is not None:
                 events.append(self._stop(state, boundary["end"]))
+            elif state.speech_start is not None and was_paused != bool(iterator.temp_end):
+                events.append(SpeechPaused(iterator.temp_end) if iterator.temp_end else SpeechResumed())
         state.pending = audio[whole:].copy()
         self._save(state, iterator)
         return events
@@ -178,13 +194,17 @@ class UtteranceBuffer:
         """Keep everything from now on (manual commits: no detector marks the start)."""
         self._keep_from = self.end_sample
 
-    def take(self, end_sample: int | None = None) -> np.ndarray:
-        """The utterance (prefix included) up to ``end_sample`` (default: all); forget it."""
+    def peek(self, end_sample: int | None = None) -> np.ndarray:
+        """The utterance (prefix included) up to ``end_sample`` (default: all)."""
         start = self._keep_from if self._keep_from is not None else self._origin
         end = self.end_sample if end_sample is None else min(end_sample, self.end_sample)
-        utterance = self._audio[max(0, start - self._origin) : max(0, end - self._origin)].copy()
+        return self._audio[max(0, start - self._origin) : max(0, end - self._origin)].copy()
+
+    def take(self, end_sample: int | None = None) -> np.ndarray:
+        """:meth:`peek`, then forget that audio."""
+        utterance = self.peek(end_sample)
         self._keep_from = None
-        self._trim(end)
+        self._trim(self.end_sample if end_sample is None else min(end_sample, self.end_sample))
         return utterance
 
     def clear(self) -> None:
@@ -217,6 +237,7 @@ class VADSession:
     def _attach(self, event: VADEvent) -> tuple[VADEvent, np.ndarray | None]:
         if isinstance(event, SpeechStarted):
             self.buffer.mark_start(event.start_sample)
+        if not isinstance(event, SpeechStopped):
             return event, None
         utterance = self.buffer.take(event.end_sample)
         return event, None if event.too_short else utterance

@@ -130,7 +130,7 @@ async def bench_barge_in(url: str, speaker: Speaker, rounds: int) -> dict[str, A
         async with sdk.realtime.connect(model="s2s") as connection:
             log: list[tuple[float, Any]] = []
             receiver = asyncio.ensure_future(receive(connection, log, asyncio.Event()))
-            await speaker.say(connection, LONG_QUESTION, trailing_silence_s=0.5)
+            await speaker.say(connection, LONG_QUESTION, trailing_silence_s=1.0)
             _, first = await wait_for(log, lambda e: e.type == "response.output_audio.delta")
             old = first.response_id
             await speaker.say(connection, "Stop, please.", trailing_silence_s=0.3)

@@ -15,7 +15,8 @@ from handlers.tts import TextToSpeech
 def ray_local() -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # The dashboard serves the state API that leak checks use (ray.util.state).
+    ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False)
     yield
     ray.shutdown()
 

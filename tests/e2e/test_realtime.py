@@ -41,6 +41,26 @@ async def test_full_spoken_turn(connect, pcm24k, stt) -> None:
     assert jiwer.cer(normalise(transcript.transcript), normalise(heard)) <= 0.15
 
 
+async def test_short_pause_is_not_the_end_of_the_turn(connect, pcm24k) -> None:
+    """Speculative work started in a pause is dropped when speech resumes."""
+    gap = bytes(REALTIME_RATE * 2 * 3 // 10)  # 300 ms: a pause, shorter than silence_duration_ms
+    audio = (
+        bytes(REALTIME_RATE * 2)
+        + pcm24k("What is the capital of France", 0.0)
+        + gap
+        + pcm24k("and what is the capital of Germany?", 0.0)
+        + bytes(REALTIME_RATE * 2)
+    )
+    async with connect() as client:
+        await client.send_audio(audio)
+        done = await client.until(is_done)
+
+    assert len(client.of_type("input_audio_buffer.committed")) == 1
+    (transcription,) = client.of_type("conversation.item.input_audio_transcription.completed")
+    assert "france" in transcription.transcript.lower() and "germany" in transcription.transcript.lower()
+    assert done.response.status == "completed"
+
+
 async def test_barge_in_cancels_and_answers_the_new_question(connect, pcm24k) -> None:
     async with connect() as client:
         await client.send_audio(pcm24k(LONG_QUESTION))

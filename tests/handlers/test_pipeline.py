@@ -9,6 +9,8 @@ from handlers.stt import SpeechToText
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
 from handlers.vad import (
+    SpeechPaused,
+    SpeechResumed,
     SpeechStarted,
     SpeechStopped,
     TurnDetection,
@@ -33,8 +35,10 @@ async def test_spoken_question_gets_spoken_answer(
         events.extend(session.feed(audio[offset : offset + 480]))
     events.extend(session.flush())
 
-    assert [type(e) for e, _ in events] == [SpeechStarted, SpeechStopped]
-    utterance = events[1][1]
+    boundaries = [(e, audio) for e, audio in events if isinstance(e, (SpeechStarted, SpeechStopped))]
+    assert [type(e) for e, _ in boundaries] == [SpeechStarted, SpeechStopped]
+    assert isinstance(events[-2][0], SpeechPaused), "the final silence is announced before the stop"
+    utterance = boundaries[1][1]
     assert utterance is not None
     transcript = stt.transcribe(utterance)
     assert "capital of france" in normalise(transcript)
@@ -112,8 +116,8 @@ def test_vad_too_short_utterance_has_no_audio(vad: VoiceActivityDetector, speak)
     blip = speak("Hi.", silence_s=0.5)
     session = VADSession(vad, TurnDetection(min_speech_duration_ms=2_000))
     events = [*session.feed(blip), *session.feed(np.zeros(SPEECH_RATE, dtype=np.float32))]
-    assert [type(e) for e, _ in events] == [SpeechStarted, SpeechStopped]
-    assert events[1][0].too_short and events[1][1] is None
+    assert [type(e) for e, _ in events] == [SpeechStarted, SpeechPaused, SpeechStopped]
+    assert events[2][0].too_short and events[2][1] is None
 
 
 def test_vad_sessions_keep_separate_state(vad: VoiceActivityDetector, speak) -> None:
@@ -123,6 +127,15 @@ def test_vad_sessions_keep_separate_state(vad: VoiceActivityDetector, speak) -> 
     assert first.state.in_speech
     assert second.feed(np.zeros(SPEECH_RATE, dtype=np.float32)) == []
     assert not second.state.in_speech
+
+
+def test_vad_short_pause_is_paused_then_resumed(vad: VoiceActivityDetector, speak) -> None:
+    gap = np.zeros(SPEECH_RATE * 3 // 10, dtype=np.float32)
+    audio = np.concatenate([speak("What is the capital of France", 0.5), gap, speak("and of Germany?", 0.0)])
+    session = VADSession(vad)
+    kinds = [type(e) for e, _ in [*session.feed(audio), *session.feed(np.zeros(SPEECH_RATE, dtype=np.float32))]]
+    assert kinds[0] is SpeechStarted and kinds[-1] is SpeechStopped
+    assert SpeechResumed in kinds and kinds.count(SpeechStarted) == 1
 
 
 def test_vad_state_survives_pickling_between_calls(vad: VoiceActivityDetector, speak) -> None:
@@ -139,7 +152,7 @@ def test_vad_state_survives_pickling_between_calls(vad: VoiceActivityDetector, s
         got.extend(vad.detect(travelling, audio[offset : offset + 1600]))
     got.extend(vad.flush(travelling))
     assert got == expected
-    assert [type(e) for e in got] == [SpeechStarted, SpeechStopped]
+    assert [type(e) for e in got if isinstance(e, (SpeechStarted, SpeechStopped))] == [SpeechStarted, SpeechStopped]
     assert len(pickle.dumps(travelling)) < 4096
 
 
