@@ -131,7 +131,8 @@ def test_vad_sessions_keep_separate_state(vad: VoiceActivityDetector, speak) -> 
 
 def test_vad_short_pause_is_paused_then_resumed(vad: VoiceActivityDetector, speak) -> None:
     gap = np.zeros(SPEECH_RATE * 3 // 10, dtype=np.float32)
-    audio = np.concatenate([speak("What is the capital of France", 0.5), gap, speak("and of Germany?", 0.0)])
+    lead = np.zeros(SPEECH_RATE // 2, dtype=np.float32)
+    audio = np.concatenate([lead, speak("What is the capital of France", 0.0), gap, speak("and of Germany?", 0.0)])
     session = VADSession(vad)
     kinds = [type(e) for e, _ in [*session.feed(audio), *session.feed(np.zeros(SPEECH_RATE, dtype=np.float32))]]
     assert kinds[0] is SpeechStarted and kinds[-1] is SpeechStopped
