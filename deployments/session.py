@@ -124,17 +124,38 @@ class Item:
 
 
 @dataclass
+class ResponseRun:
+    id: str
+    item: Item
+    generation: int
+    speculative: bool = False
+    """Started in a pause before the turn was known to end; shown only if it did."""
+    streams: set[DeploymentResponseGenerator] = field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+    audio_ms: int = 0
+    held: list[tuple[int | None, OpenAIModel]] | None = field(default_factory=list)
+    """Events not yet shown to the client; ``None`` once the run is released."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    finished: bool = False
+
+    def abandon(self) -> None:
+        """Stop a run the client never saw: nothing to tell it, nothing to discard."""
+        for stream in self.streams:
+            stream.cancel()
+        if self.task is not None:
+            self.task.cancel()
+
+
+@dataclass
 class Speculation:
     """Work started in the pause that may end the user's turn (see ``SpeechPaused``): the
-    transcript and, when a response would follow, the LLM's answer. Used when the pause
+    transcript and, when a response would follow, a held response. Adopted when the pause
     becomes the end of the turn with nothing changed; dropped when speech resumes."""
 
     stt: DeploymentResponse
     transcript: "asyncio.Task[str]"
-    answer: "asyncio.Task[None] | None" = None
-    llm: DeploymentResponseGenerator | None = None
-    generation: int | None = None
-    messages: list[ChatMessage] = field(default_factory=list)
+    prompt: "asyncio.Task[list[ChatMessage]] | None" = None
+    run: ResponseRun | None = None
 
     def cancel(self) -> None:
         self.stt.cancel()
@@ -142,22 +163,11 @@ class Speculation:
         self.drop_answer()
 
     def drop_answer(self) -> None:
-        """Stop the speculative LLM stream; the transcript stays usable."""
-        if self.answer is not None:
-            self.answer.cancel()
-        if self.llm is not None:
-            self.llm.cancel()
-
-
-@dataclass
-class ResponseRun:
-    id: str
-    item: Item
-    generation: int
-    speculation: Speculation | None = None
-    streams: set[DeploymentResponseGenerator] = field(default_factory=set)
-    task: asyncio.Task[None] | None = None
-    audio_ms: int = 0
+        """Abandon the held response; the transcript stays usable."""
+        if self.prompt is not None:
+            self.prompt.cancel()
+        if self.run is not None:
+            self.run.abandon()
 
 
 class RealtimeSession:
@@ -444,10 +454,12 @@ class RealtimeSession:
             # if it does, that work is done or under way when the turn ends.
             self._drop_speculation()
             stt = self._stages.stt.transcribe.remote(self._buffer.peek(event.sample))
-            self._speculation = Speculation(stt, asyncio.ensure_future(_result(stt)))
+            speculation = self._speculation = Speculation(stt, asyncio.ensure_future(_result(stt)))
             if self._create_response and self._response is None:
                 history = list(self._items)  # the conversation this turn would extend
-                self._speculation.answer = self._spawn(self._speculate_answer(self._speculation, history))
+                speculation.prompt = asyncio.ensure_future(self._speculative_prompt(history, speculation.transcript))
+                speculation.run = await self._new_run(speculative=True)
+                speculation.run.task = self._spawn(self._respond(speculation.run, speculation.prompt))
             return
         if isinstance(event, SpeechResumed):
             self._drop_speculation()
@@ -474,23 +486,39 @@ class RealtimeSession:
                 speculation.cancel()
             return
         await self._commit(utterance, item_id, speculation.transcript if speculation else None)
-        if self._create_response and self._response is None:
-            await self._start_response(speculation)
-        elif speculation is not None:
+        answer = self._create_response and self._response is None
+        if answer and speculation is not None and await self._adopt(speculation):
+            return
+        if speculation is not None:
             speculation.drop_answer()
+        if answer:
+            await self._start_response()
 
     def _drop_speculation(self) -> None:
         if self._speculation is not None:
             self._speculation.cancel()
             self._speculation = None
 
-    async def _speculate_answer(self, speculation: Speculation, history: list[Item]) -> None:
-        text = await speculation.transcript
-        scope = self._scope = await self._scope_opening
-        speculation.generation = scope.generation
-        speculation.messages = [*await self._prompt(history), {"role": "user", "content": text}]
-        request = LLMRequest(speculation.messages, scope.ticket(speculation.generation), new_id("resp"))
-        speculation.llm = self._stages.llm.options(stream=True).stream.remote(request)
+    async def _speculative_prompt(self, history: list[Item], transcript: Awaitable[str]) -> list[ChatMessage]:
+        return [*await self._prompt(history), {"role": "user", "content": await transcript}]
+
+    async def _adopt(self, speculation: Speculation) -> bool:
+        """Show the held response if it answers exactly what the turn ended with."""
+        run = speculation.run
+        if run is None or speculation.prompt is None:
+            return False
+        try:
+            speculated = await speculation.prompt
+        except Exception:  # its transcription failed: answer afresh
+            return False
+        current = await self._prompt()
+        failed = run.task is not None and run.task.done() and not run.finished
+        if failed or speculated != current or self._scope is None or self._scope.is_stale(run.generation):
+            return False
+        if not run.finished:
+            self._response = run
+        await self._release(run)
+        return True
 
     async def _commit(self, utterance: np.ndarray, item_id: str, transcript: Awaitable[str] | None = None) -> None:
         """Add the user's audio item; ``transcript`` is an STT call already under way."""
@@ -525,13 +553,36 @@ class RealtimeSession:
 
     # ---- responses -------------------------------------------------------------------
 
-    async def _start_response(self, speculation: Speculation | None = None) -> None:
-        scope = await self._scope_opening
-        self._scope = scope
+    async def _new_run(self, speculative: bool) -> ResponseRun:
+        scope = self._scope = await self._scope_opening
         scope.new_response()
-        run = ResponseRun(new_id("resp"), Item(new_id("item"), "assistant"), scope.generation, speculation)
-        self._response = run
-        run.task = self._spawn(self._respond(run, scope))
+        return ResponseRun(new_id("resp"), Item(new_id("item"), "assistant"), scope.generation, speculative)
+
+    async def _start_response(self) -> None:
+        run = self._response = await self._new_run(speculative=False)
+        run.task = self._spawn(self._respond(run, self._prompt()))
+
+    async def _emit_run(self, run: ResponseRun, event: OpenAIModel, output: bool = True) -> None:
+        """Emit a response's event: held while the run is speculative, and tagged with its
+        generation when it is output (so it is discarded once the response is cancelled)."""
+        generation = run.generation if output else None
+        async with run.lock:
+            if run.held is not None:
+                run.held.append((generation, event))
+            else:
+                await self._emit(event, generation)
+
+    async def _release(self, run: ResponseRun) -> None:
+        """Show a run to the client: its item joins the conversation, held events go out."""
+        async with run.lock:
+            held, run.held = run.held or [], None
+            for generation, event in held:
+                await self._emit(event, generation)
+            previous = self._items[-1].id if self._items else None
+            self._items.append(run.item)
+            self._trim_history()
+            wire = _wire_item(run.item, "in_progress")
+            await self._emit(server_event(ConversationItemAdded, item=wire, previous_item_id=previous))
 
     def _cancel_response(self, reason: CancelReason | None) -> OpenAIModel | None:
         """Barge-in, ``response.cancel`` or end of session; returns the ``response.done``
@@ -543,41 +594,29 @@ class RealtimeSession:
         run, self._response = self._response, None
         if run is None:
             return None
-        assert self._scope is not None and run.task is not None
+        assert self._scope is not None
         self._scope.cancel()  # from here on the send loop drops this response's output
-        for stream in run.streams:
-            stream.cancel()
-        if run.speculation is not None:
-            run.speculation.drop_answer()
-        run.task.cancel()
+        run.abandon()
         status = RealtimeResponseStatus(type="cancelled", reason=reason)
         return server_event(ResponseDoneEvent, response=self._wire_response(run, "cancelled", status))
 
-    async def _respond(self, run: ResponseRun, scope: SessionScope) -> None:
-        gen = run.generation
+    async def _respond(self, run: ResponseRun, prompt: Awaitable[list[ChatMessage]]) -> None:
+        assert self._scope is not None
+        scope, gen = self._scope, run.generation
+        common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
         try:
-            await self._emit(server_event(ResponseCreatedEvent, response=self._wire_response(run, "in_progress")))
-            messages = await self._prompt()
-            previous = self._items[-1].id if self._items else None
-            self._items.append(run.item)
-            self._trim_history()
+            await self._emit_run(run, server_event(ResponseCreatedEvent, response=self._wire_response(run, "in_progress")), False)
+            if not run.speculative:
+                await self._release(run)
+            messages = await prompt
             wire = _wire_item(run.item, "in_progress")
-            await self._emit(server_event(ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire))
-            await self._emit(server_event(ConversationItemAdded, item=wire, previous_item_id=previous))
-            await self._emit(
-                server_event(
-                    ResponseContentPartAddedEvent,
-                    response_id=run.id,
-                    item_id=run.item.id,
-                    output_index=0,
-                    content_index=0,
-                    part={"type": "audio", "transcript": ""},
-                )
+            await self._emit_run(
+                run, server_event(ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire), False
             )
+            part = {"type": "audio", "transcript": ""}
+            await self._emit_run(run, server_event(ResponseContentPartAddedEvent, part=part, **common), False)
             ticket = scope.ticket(gen)
-            llm = await self._speculated_answer(run, messages)
-            if llm is None:
-                llm = self._stages.llm.options(stream=True).stream.remote(LLMRequest(messages, ticket, run.id))
+            llm = self._stages.llm.options(stream=True).stream.remote(LLMRequest(messages, ticket, run.id))
             run.streams.add(llm)
             pieces: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4)
             producer = asyncio.ensure_future(_chunk(llm, pieces))
@@ -595,51 +634,44 @@ class RealtimeSession:
             if self._response is run:
                 self._response = None
                 status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "message": str(exc)})
-                await self._emit(server_event(ResponseDoneEvent, response=self._wire_response(run, "failed", status)))
+                await self._emit_run(
+                    run, server_event(ResponseDoneEvent, response=self._wire_response(run, "failed", status)), False
+                )
         finally:
             scope.response_done(gen)
-
-    async def _speculated_answer(self, run: ResponseRun, messages: list[ChatMessage]) -> DeploymentResponseGenerator | None:
-        """The LLM stream started during the pause, if it answers exactly this prompt."""
-        speculation = run.speculation
-        if speculation is None or speculation.answer is None:
-            return None
-        await asyncio.wait([speculation.answer])
-        if speculation.llm is not None and (speculation.generation, speculation.messages) == (run.generation, messages):
-            return speculation.llm
-        speculation.drop_answer()
-        return None
 
     async def _speak(self, run: ResponseRun, piece: str, ticket: Any) -> None:
         text = piece if not run.item.text else " " + piece
         common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
-        await self._emit(server_event(ResponseAudioTranscriptDeltaEvent, delta=text, **common), run.generation)
+        await self._emit_run(run, server_event(ResponseAudioTranscriptDeltaEvent, delta=text, **common))
         tts = self._stages.tts.options(stream=True).synthesize.remote(TTSRequest(piece, ticket))
         run.streams.add(tts)
         async for pcm in tts:
             for offset in range(0, len(pcm), self._frame_bytes):
                 frame = pcm[offset : offset + self._frame_bytes]
                 delta = base64.b64encode(frame).decode("ascii")
-                await self._emit(server_event(ResponseAudioDeltaEvent, delta=delta, **common), run.generation)
+                await self._emit_run(run, server_event(ResponseAudioDeltaEvent, delta=delta, **common))
                 run.audio_ms += len(frame) * 1000 // (2 * REALTIME_RATE)
         run.streams.discard(tts)
         run.item.text += text
         run.item.spoken.append((run.audio_ms, text))
 
     async def _finish(self, run: ResponseRun) -> None:
-        self._response = None
+        if self._response is run:
+            self._response = None
+        run.finished = True
         common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
-        gen = run.generation
         wire = _wire_item(run.item)
-        await self._emit(server_event(ResponseAudioDoneEvent, **common), gen)
-        await self._emit(server_event(ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **common), gen)
         part = {"type": "audio", "transcript": run.item.text}
-        await self._emit(server_event(ResponseContentPartDoneEvent, part=part, **common), gen)
-        await self._emit(
-            server_event(ResponseOutputItemDoneEvent, response_id=run.id, output_index=0, item=wire), gen
-        )
-        await self._emit(server_event(ConversationItemDone, item=wire), gen)
-        await self._emit(server_event(ResponseDoneEvent, response=self._wire_response(run, "completed")), gen)
+        for event in (
+            server_event(ResponseAudioDoneEvent, **common),
+            server_event(ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **common),
+            server_event(ResponseContentPartDoneEvent, part=part, **common),
+            server_event(ResponseOutputItemDoneEvent, response_id=run.id, output_index=0, item=wire),
+            server_event(ConversationItemDone, item=wire),
+            server_event(ResponseDoneEvent, response=self._wire_response(run, "completed")),
+        ):
+            await self._emit_run(run, event)
 
     async def _prompt(self, items: list[Item] | None = None) -> list[ChatMessage]:
         """The conversation (default: the session's) for the LLM, once every user
