@@ -53,26 +53,11 @@ from openai.types.realtime import (
 )
 from openai.types.realtime.realtime_audio_formats import AudioPCM
 from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
-from openai.types.realtime.realtime_conversation_item_assistant_message import (
-    Content as AssistantContent,
-)
-from openai.types.realtime.realtime_conversation_item_assistant_message import (
-    RealtimeConversationItemAssistantMessage,
-)
-from openai.types.realtime.realtime_conversation_item_system_message import (
-    Content as SystemContent,
-)
-from openai.types.realtime.realtime_conversation_item_system_message import (
-    RealtimeConversationItemSystemMessage,
-)
-from openai.types.realtime.realtime_conversation_item_user_message import Content as UserContent
-from openai.types.realtime.realtime_conversation_item_user_message import (
-    RealtimeConversationItemUserMessage,
-)
 from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from cancel import SessionScope
 from deployments.config import IngressConfig
+from deployments.conversation import Item, truncate_spoken, wire_item
 from deployments.messages import ChatMessage, LLMRequest, TTSRequest
 from deployments.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, b64_pcm16_decode, pcm16_to_float
@@ -108,19 +93,6 @@ class Stages:
     stt: DeploymentHandle
     llm: DeploymentHandle
     tts: DeploymentHandle
-
-
-@dataclass
-class Item:
-    """A conversation item as the LLM prompt sees it."""
-
-    id: str
-    role: Literal["user", "assistant", "system"]
-    text: str = ""
-    transcribed: asyncio.Future[None] | None = None
-    """Set once STT has filled ``text`` (user audio items only)."""
-    spoken: list[tuple[int, str]] = field(default_factory=list)
-    """Assistant audio: (end of the piece in ms of output audio, its text), for truncation."""
 
 
 @dataclass
@@ -375,8 +347,8 @@ class RealtimeSession:
         previous = self._items[-1].id if self._items else None
         self._items.append(added)
         self._trim_history()
-        await self._emit(server_event(ConversationItemAdded, item=_wire_item(added), previous_item_id=previous))
-        await self._emit(server_event(ConversationItemDone, item=_wire_item(added), previous_item_id=previous))
+        await self._emit(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
+        await self._emit(server_event(ConversationItemDone, item=wire_item(added), previous_item_id=previous))
 
     async def _on_conversation_item_truncate(self, event: Any) -> None:
         item = next((i for i in self._items if i.id == event.item_id), None)
@@ -387,7 +359,7 @@ class RealtimeSession:
             raise ProtocolError(
                 "invalid_value", f"audio_end_ms {event.audio_end_ms} is past the item's {played} ms of audio", "audio_end_ms"
             )
-        item.text, item.spoken = _truncate(item.spoken, event.audio_end_ms)
+        item.text, item.spoken = truncate_spoken(item.spoken, event.audio_end_ms)
         await self._emit(
             server_event(
                 ConversationItemTruncatedEvent, item_id=item.id, content_index=0, audio_end_ms=event.audio_end_ms
@@ -527,7 +499,7 @@ class RealtimeSession:
         self._items.append(item)
         self._trim_history()
         await self._emit(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
-        await self._emit(server_event(ConversationItemAdded, item=_wire_item(item), previous_item_id=previous))
+        await self._emit(server_event(ConversationItemAdded, item=wire_item(item), previous_item_id=previous))
         transcript = transcript or self._stages.stt.transcribe.remote(utterance)
         self._spawn(self._transcribe(item, transcript, len(utterance) / SPEECH_RATE, previous))
 
@@ -549,7 +521,7 @@ class RealtimeSession:
                 usage={"type": "duration", "seconds": round(seconds, 3)},
             )
         )
-        await self._emit(server_event(ConversationItemDone, item=_wire_item(item), previous_item_id=previous))
+        await self._emit(server_event(ConversationItemDone, item=wire_item(item), previous_item_id=previous))
 
     # ---- responses -------------------------------------------------------------------
 
@@ -581,7 +553,7 @@ class RealtimeSession:
             previous = self._items[-1].id if self._items else None
             self._items.append(run.item)
             self._trim_history()
-            wire = _wire_item(run.item, "in_progress")
+            wire = wire_item(run.item, "in_progress")
             await self._emit(server_event(ConversationItemAdded, item=wire, previous_item_id=previous))
 
     def _cancel_response(self, reason: CancelReason | None) -> OpenAIModel | None:
@@ -609,7 +581,7 @@ class RealtimeSession:
             if not run.speculative:
                 await self._release(run)
             messages = await prompt
-            wire = _wire_item(run.item, "in_progress")
+            wire = wire_item(run.item, "in_progress")
             await self._emit_run(
                 run, server_event(ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire), False
             )
@@ -661,7 +633,7 @@ class RealtimeSession:
             self._response = None
         run.finished = True
         common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
-        wire = _wire_item(run.item)
+        wire = wire_item(run.item)
         part = {"type": "audio", "transcript": run.item.text}
         for event in (
             server_event(ResponseAudioDoneEvent, **common),
@@ -723,7 +695,7 @@ class RealtimeSession:
             status=status,
             status_details=details,
             output_modalities=["audio"],
-            output=[] if status == "in_progress" else [_wire_item(run.item, status)],
+            output=[] if status == "in_progress" else [wire_item(run.item, status)],
         )
 
 
@@ -749,50 +721,6 @@ async def _result(response: DeploymentResponse) -> Any:
 def _check_format(audio_format: Any, param: str) -> None:
     if audio_format is not None and (audio_format.type not in (None, "audio/pcm") or audio_format.rate not in (None, REALTIME_RATE)):
         raise ProtocolError("unsupported_value", "only audio/pcm at 24000 Hz is supported", param)
-
-
-def _wire_item(item: Item, status: str = "completed") -> Any:
-    item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
-    if item.role == "assistant":
-        return RealtimeConversationItemAssistantMessage(
-            id=item.id,
-            type="message",
-            role="assistant",
-            object="realtime.item",
-            status=item_status,
-            content=[AssistantContent(type="output_audio", transcript=item.text)],
-        )
-    if item.role == "system":
-        return RealtimeConversationItemSystemMessage(
-            id=item.id, type="message", role="system", object="realtime.item",
-            content=[SystemContent(type="input_text", text=item.text)],
-        )
-    content = (
-        UserContent(type="input_audio", transcript=item.text if item.transcribed and item.transcribed.done() else None)
-        if item.transcribed is not None
-        else UserContent(type="input_text", text=item.text)
-    )
-    return RealtimeConversationItemUserMessage(
-        id=item.id, type="message", role="user", object="realtime.item", status="completed", content=[content]
-    )
-
-
-def _truncate(spoken: list[tuple[int, str]], audio_end_ms: int) -> tuple[str, list[tuple[int, str]]]:
-    """Keep the text the listener heard: whole pieces before ``audio_end_ms`` and the
-    heard share of the words of the piece it falls in."""
-    kept: list[tuple[int, str]] = []
-    start = 0
-    for end, text in spoken:
-        if end <= audio_end_ms:
-            kept.append((end, text))
-        else:
-            words = text.split()
-            heard = round(len(words) * (audio_end_ms - start) / max(1, end - start))
-            if heard:
-                kept.append((audio_end_ms, (" " if kept else "") + " ".join(words[:heard])))
-            break
-        start = end
-    return "".join(text for _, text in kept), kept
 
 
 def _log_crash(task: "asyncio.Task[Any]") -> None:

@@ -18,7 +18,6 @@ import asyncio
 import base64
 import json
 import socket
-import statistics
 import time
 from pathlib import Path
 from typing import Any
