@@ -384,7 +384,12 @@ class RealtimeSession:
             audio, epoch = await self._next_audio()
             if self._turn_detection is None:
                 continue
-            state, events = await self._stages.vad.detect.remote(self._vad_state, audio)
+            try:
+                state, events = await self._stages.vad.detect.remote(self._vad_state, audio)
+            except Exception as exc:  # a replica lost mid-call: report it, keep listening
+                log.exception("session %s: VAD call failed", self.id)
+                await self._emit(error_event(ProtocolError("vad_failed", str(exc)), "server_error"))
+                continue
             if epoch != self._audio_epoch:
                 continue  # cleared or reconfigured meanwhile: this answer is void
             self._vad_state = state
