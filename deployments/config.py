@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cancel import ScopePlacementConfig
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
+from handlers.text import FIRST_CHUNK_MAX_WORDS
 from handlers.tts import TTSConfig
 from handlers.vad import TurnDetection
 
@@ -57,6 +58,9 @@ class IngressConfig(BaseModel):
     """Longest utterance kept in ``input_audio_buffer`` (older audio is dropped)."""
     outgoing_events: int = Field(256, ge=8)
     """Per-session send queue: a slow client slows its own response, nobody else's."""
+    first_chunk_words: int = Field(FIRST_CHUNK_MAX_WORDS, ge=1)
+    """Words that start speaking when the reply has no clause break yet: fewer start
+    sooner, at some cost in prosody."""
     audio_delta_ms: int = Field(100, ge=10)
     """Size of each ``response.output_audio.delta``."""
     history_items: int = Field(40, ge=2)

@@ -596,7 +596,8 @@ class RealtimeSession:
             llm = self._stages.llm.options(stream=True).stream.remote(LLMRequest(messages, ticket, run.id))
             run.streams.add(llm)
             pieces: asyncio.Queue[str | None] = asyncio.Queue(maxsize=4)
-            producer = asyncio.ensure_future(_chunk(llm, pieces))
+            chunker = SpeechChunker(first_chunk_max_words=self._config.first_chunk_words)
+            producer = asyncio.ensure_future(_chunk(llm, chunker, pieces))
             try:
                 while (piece := await pieces.get()) is not None:
                     await self._speak(run, piece, ticket)
@@ -704,10 +705,9 @@ class RealtimeSession:
         )
 
 
-async def _chunk(llm: DeploymentResponseGenerator, pieces: "asyncio.Queue[str | None]") -> None:
+async def _chunk(llm: DeploymentResponseGenerator, chunker: SpeechChunker, pieces: "asyncio.Queue[str | None]") -> None:
     """LLM deltas -> speakable pieces; ``None`` marks the end (also of a failed stream,
     whose error the consumer then gets by awaiting this task)."""
-    chunker = SpeechChunker()
     try:
         async for delta in llm:
             for piece in chunker.feed(delta):

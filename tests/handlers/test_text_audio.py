@@ -6,7 +6,7 @@ from handlers.text import SpeechChunker
 
 
 def test_first_chunk_is_cut_at_a_clause() -> None:
-    chunker = SpeechChunker()
+    chunker = SpeechChunker(first_chunk_max_words=5)
     out = []
     for delta in ["Well", ", the", " capital of France", ", as you", " know, is Paris. It", " is big."]:
         out.extend(chunker.feed(delta))
