@@ -10,7 +10,8 @@ import re
 from collections.abc import Iterator
 
 FIRST_CHUNK_MAX_WORDS = 3
-"""Measured on the served app here: 3 words gave p50 voice-to-voice 1.0 s, 5 words 1.6 s."""
+"""Measured on the served app here (make bench-e2e, 20 turns): with 3 words p50
+voice-to-voice was 1.13 s, with 5 words 1.57 s."""
 
 _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:—]\s")
