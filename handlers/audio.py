@@ -56,12 +56,11 @@ class StreamResampler:
     """Chunk-by-chunk resampling that keeps filter state across chunks (no seams)."""
 
     def __init__(self, from_rate: int, to_rate: int) -> None:
-        self._passthrough = from_rate == to_rate
-        self._stream = None if self._passthrough else soxr.ResampleStream(
-            from_rate, to_rate, 1, dtype="float32"
+        self._stream = (
+            None if from_rate == to_rate else soxr.ResampleStream(from_rate, to_rate, 1, dtype="float32")
         )
 
-    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+    def process(self, samples: np.ndarray) -> np.ndarray:
         if self._stream is None:
             return samples.astype(np.float32, copy=False)
-        return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
+        return self._stream.resample_chunk(samples.astype(np.float32, copy=False))

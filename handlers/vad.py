@@ -207,10 +207,6 @@ class UtteranceBuffer:
         self._trim(self.end_sample if end_sample is None else min(end_sample, self.end_sample))
         return utterance
 
-    def clear(self) -> None:
-        self._keep_from = None
-        self._trim(self.end_sample)
-
     def _trim(self, keep_from: int) -> None:
         drop = min(max(0, keep_from - self._origin), len(self._audio))
         if drop:
