@@ -5,6 +5,7 @@ server speaks exactly what the SDK expects; this module only adds ids, error map
 the parts of the session description the server controls.
 """
 
+import functools
 import json
 import secrets
 from typing import Any, get_args
@@ -14,9 +15,14 @@ from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
 from openai.types.realtime.realtime_error import RealtimeError
 from pydantic import ValidationError
 
+@functools.cache
+def _event_type(model: type[OpenAIModel]) -> str:
+    """The literal ``type`` an event model declares (cached: it is read per audio delta)."""
+    return get_args(model.model_fields["type"].annotation)[0]
+
+
 _CLIENT_EVENT_TYPES: dict[str, type[OpenAIModel]] = {
-    get_args(model.model_fields["type"].annotation)[0]: model
-    for model in get_args(get_args(RealtimeClientEvent)[0])
+    _event_type(model): model for model in get_args(get_args(RealtimeClientEvent)[0])
 }
 
 
@@ -66,8 +72,7 @@ def error_event(error: ProtocolError, error_type: str = "invalid_request_error")
 
 def server_event(model: type[OpenAIModel], **fields: Any) -> OpenAIModel:
     """Build a server event of ``model`` with a fresh ``event_id`` and its literal ``type``."""
-    event_type = get_args(model.model_fields["type"].annotation)[0]
-    return model(type=event_type, event_id=new_id("event"), **fields)
+    return model(type=_event_type(model), event_id=new_id("event"), **fields)
 
 
 def encode(event: OpenAIModel) -> str:
