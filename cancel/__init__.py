@@ -6,15 +6,15 @@ Worker side: ``ScopeCache.for_current_loop().watch(ticket)`` -> ``ScopeView`` wh
 ``is_stale()`` is a local read kept fresh by long-poll push from the ``ScopeHost`` actors.
 """
 
+from cancel.background import spawn_detached
 from cancel.cache import ScopeCache, ScopeView
 from cancel.host import ScopeHost
 from cancel.placement import ScopeDirectory, ScopePlacementConfig
 from cancel.scope import CancelScope
 from cancel.session import SessionScope
-from cancel.tokens import STALE_TOKEN, ScopeTicket, make_token, new_epoch
+from cancel.ticket import ScopeTicket
 
 __all__ = [
-    "STALE_TOKEN",
     "CancelScope",
     "ScopeCache",
     "ScopeDirectory",
@@ -23,6 +23,5 @@ __all__ = [
     "ScopeTicket",
     "ScopeView",
     "SessionScope",
-    "make_token",
-    "new_epoch",
+    "spawn_detached",
 ]

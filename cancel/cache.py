@@ -2,13 +2,18 @@
 
 A worker gets a ``ScopeTicket`` with each request and turns it into a ``ScopeView`` with
 ``ScopeCache.watch``; ``view.is_stale()`` is then an attribute comparison with no remote call.
-Freshness comes by push: per host actor, one background long-poll
-(``ScopeHost.wait_changes``) batched over every session this process watches there.
+Freshness comes by push: per host actor, one background long-poll of the host's change log
+(``ScopeHost.wait_changes``), shared by every request of this process and owned by none of
+them (``cancel.background``), so a request that Serve cancels cannot take it down.
 
-Failure semantics: if a host dies, restarts, stops answering, or no longer knows a session
-(closed, or lost in a restart), every view of the sessions concerned turns stale for good
-(their state is set to ``STALE_TOKEN``): workers stop their work instead of hanging on it.
-A later ticket with a newer version (the writer re-opened the session) revives the session.
+A view turns stale only when its own session's writer says so: a cancel of its generation,
+or the session closed (closed by the writer, or its host killed for good, which only the
+writer that owns it does, or the writer's own death causes). When the cache cannot vouch for
+a session (its host restarting, slow or unreachable), views keep the last state they know
+and the work goes on: the writer
+(the ingress) cancels its streams and filters their output itself, so the cache is a fast
+path for stopping work early, never the guard that keeps stale output from a client. The poll
+is retried with backoff until the host answers again, and catches up on what it missed.
 
 Use a cache only from its event loop's thread; ``is_stale`` may be read from any thread.
 """
@@ -16,51 +21,51 @@ Use a cache only from its event loop's thread; ``is_stale`` may be read from any
 import asyncio
 import logging
 import weakref
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import ray
 from ray.actor import ActorHandle
-from ray.exceptions import RayError
+from ray.exceptions import ActorDiedError, RayError
 
-from cancel.timeouts import spread
-from cancel.tokens import STALE_TOKEN, ScopeTicket
+from cancel.background import spawn_detached
+from cancel.host import NO_EPOCH, Change
+from cancel.ticket import ScopeTicket, SessionState
+from cancel.timeouts import Backoff, spread
 
 logger = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 30.0
-"""Long-poll timeout; each answer is a full refresh, so this is also the refresh interval."""
+"""Long-poll timeout: how long a host holds a poll when nothing changes."""
 POLL_GRACE_S = 10.0
-"""How long past its timeout a poll may stay unanswered before its host counts as lost."""
+"""How long past its timeout a poll may stay unanswered before it is re-sent."""
+LINGER_S = 30.0
+"""How long a host's poll goes on once no request watches a session there: the next request
+then finds it running and up to date instead of starting it and reading the whole log."""
+CLOSED = -1
+"""The generation of a closed session: no request works for it."""
 
 
 class _Entry:
     """The newest state this process knows of one session, shared by all its views."""
 
-    __slots__ = ("changed", "host", "refs", "session_id", "token", "version")
+    __slots__ = ("changed", "generation", "host", "refs", "session_id", "version")
 
     def __init__(self, ticket: ScopeTicket) -> None:
         self.session_id = ticket.session_id
         self.host = ticket.host
         self.version = ticket.version
-        self.token = ticket.state_token
+        self.generation = ticket.current
         self.refs = 0
         self.changed = asyncio.Event()
 
-    @property
-    def live(self) -> bool:
-        return self.token != STALE_TOKEN
+    def update(self, version: int, generation: int) -> None:
+        """Take a state if it is newer than the one known."""
+        if version > self.version:
+            self.version, self.generation = version, generation
+            self.signal()
 
-    def update(self, version: int, token: int) -> bool:
-        """Take a state if it is newer than the one known; True if it was."""
-        if version <= self.version:
-            return False
-        self.version, self.token = version, token
-        self.signal()
-        return True
-
-    def lose(self) -> None:
-        """The state can no longer be vouched for: every view turns stale."""
-        self.token = STALE_TOKEN
+    def close(self) -> None:
+        self.generation = CLOSED
         self.signal()
 
     def signal(self) -> None:
@@ -75,7 +80,7 @@ class _Released(_Entry):
     __slots__ = ()
 
     def __init__(self) -> None:
-        self.token = STALE_TOKEN
+        self.generation = CLOSED
 
 
 _RELEASED = _Released()
@@ -84,18 +89,18 @@ _RELEASED = _Released()
 class ScopeView:
     """A worker's view of one session scope for one request (see ``ScopeCache.watch``)."""
 
-    __slots__ = ("_cache", "_entry", "token")
+    __slots__ = ("_cache", "_entry", "generation")
 
-    def __init__(self, cache: "ScopeCache", entry: _Entry, token: int) -> None:
-        self.token = token
+    def __init__(self, cache: "ScopeCache", entry: _Entry, generation: int) -> None:
+        self.generation = generation
         self._entry = entry
         self._cache = cache
 
-    def is_stale(self, token: int | None = None) -> bool:
-        """True once ``token`` (default: the ticket's) is superseded; a local read."""
-        if token is None:
-            token = self.token
-        return token != self._entry.token
+    def is_stale(self, generation: int | None = None) -> bool:
+        """True once ``generation`` (default: the ticket's) is superseded; a local read."""
+        if generation is None:
+            generation = self.generation
+        return generation != self._entry.generation
 
     async def wait_stale(self) -> None:
         """Return once the view is stale: for async code that would rather wait than check."""
@@ -116,100 +121,93 @@ class ScopeView:
 
 
 class _HostPoll:
-    """The one long-poll loop of this process for one host actor."""
+    """This process's long-poll of one host's change log, and what it has read from it.
+
+    ``states`` mirrors the latest state of every session of the host that the poll has read
+    since it started (its first answer is the whole log): a session watched later may have
+    changed before it was watched, after its ticket was issued.
+    """
 
     def __init__(self, cache: "ScopeCache", host: ActorHandle) -> None:
         self.host = host
         self.entries: dict[str, _Entry] = {}
+        self.states: dict[str, SessionState] = {}
         self._cache = cache
-        self._wake = asyncio.Event()
-        self._abandoned: set[asyncio.Future[Any]] = set()
-        self._polling = False
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    @property
-    def outstanding(self) -> int:
-        """Polls of this loop still pending on the host (the current one and cancelled ones)."""
-        return int(self._polling) + len(self._abandoned)
+        self._epoch = NO_EPOCH
+        self._since = 0
+        self._linger: asyncio.TimerHandle | None = None
+        self.task = spawn_detached(self._run())
 
     def add(self, entry: _Entry) -> None:
-        """Include a (new or revived) session; the pending poll is replaced to include it."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         self.entries[entry.session_id] = entry
-        self._wake.set()
+        state = self.states.get(entry.session_id)
+        if state is not None:
+            entry.update(*state)
 
     def discard(self, entry: _Entry) -> None:
-        if self.entries.pop(entry.session_id, None) is not None and not self._live():
-            self._wake.set()
+        del self.entries[entry.session_id]
+        if not self.entries:
+            self._linger = asyncio.get_running_loop().call_later(
+                self._cache.linger_s, self.stop_if_idle
+            )
 
-    def _live(self) -> dict[str, int]:
-        return {sid: entry.version for sid, entry in self.entries.items() if entry.live}
+    def stop_if_idle(self) -> None:
+        """End the poll if no view needs it; a later watch of the host starts a new one."""
+        if not self.entries:
+            self._cache._poll_ended(self)
+            self.task.cancel()
 
     async def _run(self) -> None:
+        backoff = Backoff()
         try:
             while True:
-                await asyncio.sleep(0)  # let code woken by the last answer run before re-polling
-                self._wake.clear()
-                known = self._live()
-                if not known:
-                    return
                 timeout = spread(self._cache.poll_timeout_s)
-                ref: ray.ObjectRef = self.host.wait_changes.remote(known, timeout)
-                self._polling = True
+                ref = self.host.wait_changes.remote(self._epoch, self._since, timeout)
                 try:
-                    await self._next(ref, timeout)
-                finally:
-                    self._polling = False
+                    answer = await asyncio.wait_for(
+                        asyncio.wrap_future(ref.future()), timeout + self._cache.poll_grace_s
+                    )
+                except asyncio.CancelledError:
+                    ray.cancel(ref)
+                    raise
+                except ActorDiedError:  # killed by its owner, the writer: its sessions are over
+                    logger.info("scope host %s is gone for good; its sessions are closed", self.host)
+                    for entry in self.entries.values():
+                        entry.close()
+                    return
+                except (RayError, TimeoutError) as error:
+                    # Restarting, unreachable, slow, or the call cancelled by someone else:
+                    # none of it says anything about a session, so views stay as they are.
+                    ray.cancel(ref)
+                    if not backoff.failing:
+                        logger.warning("scope host %s: poll failed (%r); retrying", self.host, error)
+                    await asyncio.sleep(backoff.delay())
+                    continue
+                if backoff.failing:
+                    logger.warning("scope host %s answers again", self.host)
+                backoff.reset()
+                self._apply(*answer)
         finally:
             self._cache._poll_ended(self)
-            await asyncio.gather(*self._abandoned, return_exceptions=True)
 
-    async def _next(self, ref: ray.ObjectRef, timeout: float) -> None:
-        """Apply the poll's answer, or abandon it when woken (sessions changed) or unanswered."""
-        answer = asyncio.wrap_future(ref.future())
-        woken = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait(
-                (answer, woken),
-                timeout=timeout + self._cache.poll_grace_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            woken.cancel()
-        if answer.done():
-            self._apply(answer)
-            return
-        ray.cancel(ref)
-        self._abandoned.add(answer)
-        answer.add_done_callback(self._forget)
-        if not woken.done():
-            logger.warning("scope host %s did not answer a poll in time", self.host)
-            self._lose_all()
-
-    def _forget(self, answer: "asyncio.Future[Any]") -> None:
-        """An abandoned poll ended (typically ``TaskCancelledError``); its answer is moot."""
-        self._abandoned.discard(answer)
-        if not answer.cancelled():
-            answer.exception()
-
-    def _apply(self, answer: "asyncio.Future[dict[str, tuple[int, int] | None]]") -> None:
-        try:
-            changes = answer.result()
-        except RayError as error:
-            logger.warning("scope host %s lost: %s", self.host, type(error).__name__)
-            self._lose_all()
-            return
-        for session_id, state in changes.items():
+    def _apply(self, epoch: int, seq: int, changes: list[Change]) -> None:
+        if epoch != self._epoch:  # first answer, or the host restarted: a whole new log
+            self._epoch = epoch
+            self.states.clear()
+        self._since = seq
+        for session_id, state in changes:
             entry = self.entries.get(session_id)
-            if entry is None:
-                continue
             if state is None:
-                entry.lose()
+                self.states.pop(session_id, None)
+                if entry is not None:
+                    entry.close()
             else:
-                entry.update(*state)
-
-    def _lose_all(self) -> None:
-        for entry in self.entries.values():
-            entry.lose()
+                self.states[session_id] = state
+                if entry is not None:
+                    entry.update(*state)
 
 
 class ScopeCache:
@@ -220,13 +218,16 @@ class ScopeCache:
     )
 
     def __init__(
-        self, poll_timeout_s: float = POLL_TIMEOUT_S, poll_grace_s: float = POLL_GRACE_S
+        self,
+        poll_timeout_s: float = POLL_TIMEOUT_S,
+        poll_grace_s: float = POLL_GRACE_S,
+        linger_s: float = LINGER_S,
     ) -> None:
         self.poll_timeout_s = poll_timeout_s
         self.poll_grace_s = poll_grace_s
+        self.linger_s = linger_s
         self._entries: dict[str, _Entry] = {}
         self._polls: dict[ActorHandle, _HostPoll] = {}
-        self._ending: set[_HostPoll] = set()
 
     @classmethod
     def for_current_loop(cls) -> "ScopeCache":
@@ -246,33 +247,29 @@ class ScopeCache:
         entry = self._entries.get(ticket.session_id)
         if entry is None:
             entry = self._entries[ticket.session_id] = _Entry(ticket)
-            self._poll_for(entry).add(entry)
-        elif entry.live:
-            entry.update(ticket.version, ticket.state_token)
-        elif entry.update(ticket.version, ticket.state_token):
-            self._poll_for(entry).add(entry)  # revived: the writer re-opened the session
+            poll = self._polls.get(entry.host)
+            if poll is None:
+                poll = self._polls[entry.host] = _HostPoll(self, entry.host)
+            poll.add(entry)
+        else:
+            entry.update(ticket.version, ticket.current)
         entry.refs += 1
-        return ScopeView(self, entry, ticket.token)
+        return ScopeView(self, entry, ticket.generation)
 
     def stats(self) -> dict[str, int]:
         """Counters for tests and benchmarks."""
-        polls = [*self._polls.values(), *self._ending]
         return {
             "sessions": len(self._entries),
             "host_polls": len(self._polls),
-            "outstanding_polls": sum(poll.outstanding for poll in polls),
+            "mirrored_states": sum(len(poll.states) for poll in self._polls.values()),
         }
 
-    async def idle(self) -> None:
-        """Wait until every host poll has ended (they end once no view is left)."""
-        while polls := [*self._polls.values(), *self._ending]:
-            await asyncio.gather(*(poll.task for poll in polls), return_exceptions=True)
-
-    def _poll_for(self, entry: _Entry) -> _HostPoll:
-        poll = self._polls.get(entry.host)
-        if poll is None:
-            poll = self._polls[entry.host] = _HostPoll(self, entry.host)
-        return poll
+    async def drain(self) -> None:
+        """End every poll that no view needs now, without lingering, and wait until they end."""
+        idle = [poll for poll in self._polls.values() if not poll.entries]
+        for poll in idle:
+            poll.stop_if_idle()
+        await asyncio.gather(*(poll.task for poll in idle), return_exceptions=True)
 
     def _release(self, entry: _Entry) -> None:
         entry.refs -= 1
@@ -281,11 +278,9 @@ class ScopeCache:
             return
         del self._entries[entry.session_id]
         poll = self._polls.get(entry.host)
-        if poll is not None:
+        if poll is not None and poll.entries.get(entry.session_id) is entry:
             poll.discard(entry)
 
     def _poll_ended(self, poll: _HostPoll) -> None:
         if self._polls.get(poll.host) is poll:
             del self._polls[poll.host]
-        self._ending.add(poll)
-        poll.task.add_done_callback(lambda _: self._ending.discard(poll))

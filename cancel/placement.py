@@ -22,11 +22,12 @@ from typing import Literal
 import ray
 from pydantic import BaseModel, ConfigDict, Field
 from ray.actor import ActorHandle
-from ray.exceptions import ActorDiedError, RayActorError
+from ray.exceptions import ActorDiedError, RayActorError, RayError
 
-from cancel.host import ScopeHost
+from cancel.background import spawn_detached
+from cancel.host import NO_EPOCH, ScopeHost
 from cancel.session import SessionScope
-from cancel.timeouts import spread
+from cancel.timeouts import Backoff, spread
 
 logger = logging.getLogger(__name__)
 
@@ -57,27 +58,34 @@ def _start_host() -> ActorHandle:
 class _HostLink:
     """One host actor, the sessions placed on it, and the watch that notices it restart.
 
-    Without the watch, a restarted host would answer "unknown session" to every worker and
-    the session would stay broken until its next cancel; with it, each session re-opens.
+    A restarted host knows no session until its writer publishes it again; the watch sees the
+    new incarnation and has every session of the host republished at once, so that workers
+    can vouch for it again.
     """
 
     def __init__(self, host: ActorHandle) -> None:
         self.host = host
         self.scopes: set[SessionScope] = set()
-        self._watch = asyncio.get_running_loop().create_task(self._watch_restarts())
+        self._watch = spawn_detached(self._watch_restarts())
 
     async def _watch_restarts(self) -> None:
+        backoff = Backoff()
+        epoch = NO_EPOCH
         while True:
             try:
-                epoch = await self.host.watch_epoch.remote(spread(WATCH_EPOCH_S))
+                current = await self.host.watch_epoch.remote(epoch, spread(WATCH_EPOCH_S))
             except ActorDiedError:
                 logger.warning("scope host %s is gone for good", self.host)
                 return
-            except RayActorError:
-                epoch = None
-            for scope in self.scopes:
-                if scope.epoch != epoch:
+            except RayError:  # restarting or unreachable: the next answer tells which epoch
+                await asyncio.sleep(backoff.delay())
+                continue
+            backoff.reset()
+            if epoch not in (NO_EPOCH, current):
+                logger.warning("scope host %s restarted; republishing its sessions", self.host)
+                for scope in self.scopes:
                     scope.resync()
+            epoch = current
 
     def stop(self) -> None:
         """Stop watching and kill the host."""
@@ -129,12 +137,12 @@ class ScopeDirectory:
             link = _HostLink(_start_host())
             self._links.add(link)
         try:
-            epoch = await link.host.open.remote(session_id)
+            await link.host.publish.remote(session_id, 0, 0)
         except BaseException:
             if not self._shared:
                 self._release_link(link)
             raise
-        scope = SessionScope(session_id, link.host, epoch, partial(self._close, link))
+        scope = SessionScope(session_id, link.host, partial(self._close, link))
         link.scopes.add(scope)
         return scope
 

@@ -14,7 +14,7 @@ from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from cancel import ScopeDirectory
+from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
 from deployments.protocol import ProtocolError, encode, error_event
 from deployments.session import RealtimeSession, Stages
@@ -89,8 +89,8 @@ class RealtimeIngress:
 
     def _scope_directory(self) -> "asyncio.Task[ScopeDirectory]":
         """Started with the first session, off every later session's critical path."""
-        if self._directory is None:
-            self._directory = asyncio.ensure_future(ScopeDirectory.create(self._config.scope))
+        if self._directory is None:  # shared by every session: owned by none of their requests
+            self._directory = spawn_detached(ScopeDirectory.create(self._config.scope))
         return self._directory
 
     def _watch_for_shutdown(self) -> None:

@@ -23,3 +23,9 @@ class LLMRequest:
 class TTSRequest:
     text: str
     ticket: ScopeTicket
+
+
+class StoppedAsStale(RuntimeError):
+    """A worker stopped a request early because its session's scope superseded the request's
+    generation. The ingress expects this only for a response it cancelled itself; for any
+    other response it is a failure to report, never an answer to pass off as complete."""

@@ -14,7 +14,7 @@ import numpy as np
 from ray import serve
 
 from cancel import ScopeCache
-from deployments.messages import LLMRequest, TTSRequest
+from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from handlers.audio import SPEECH_RATE
 from handlers.llm import LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
@@ -49,10 +49,13 @@ class LLM:
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
         """Token deltas until done, stale or cancelled (``response.cancel()`` lands here as
-        ``CancelledError``; the handler then aborts the engine request)."""
+        ``CancelledError``; the handler then aborts the engine request). A stream stopped as
+        stale ends with ``StoppedAsStale``, so that an early end is never taken for the end."""
         with ScopeCache.for_current_loop().watch(request.ticket) as view:
             async for delta in self._model.stream(request.messages, view.is_stale, request.request_id):
                 yield delta
+            if view.is_stale():
+                raise StoppedAsStale(f"LLM request {request.request_id} stopped: its response was superseded")
 
     def unfinished_requests(self) -> int:
         return self._model.unfinished_requests()
@@ -73,8 +76,10 @@ class TTS:
 
     async def synthesize(self, request: TTSRequest) -> AsyncIterator[bytes]:
         """PCM16 at the configured rate, one chunk per sentence; stops between sentences once
-        the response is stale."""
+        the response is stale, with ``StoppedAsStale``."""
         with ScopeCache.for_current_loop().watch(request.ticket) as view:
             chunks = self._tts.synthesize(request.text, view.is_stale)
             while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
                 yield chunk.pcm16
+            if view.is_stale():
+                raise StoppedAsStale("TTS request stopped: its response was superseded")

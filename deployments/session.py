@@ -607,11 +607,13 @@ class RealtimeSession:
             await self._finish(run)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a stage failed: this response fails, the session goes on
+        except Exception:  # a stage failed or stopped early: this response fails, the session goes on
             log.exception("response %s failed", run.id)
             if self._response is run:
                 self._response = None
-                status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "message": str(exc)})
+                error = ProtocolError("response_failed", f"response {run.id} could not be completed; it was cut short")
+                status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "code": error.code})
+                await self._emit_run(run, error_event(error, "server_error"), False)
                 await self._emit_run(
                     run, server_event(ResponseDoneEvent, response=self._wire_response(run, "failed", status)), False
                 )

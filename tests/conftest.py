@@ -1,6 +1,7 @@
 """Shared fixtures: one real local Ray cluster and the real CPU speech models, each
 started once per test session (they take seconds to start)."""
 
+import socket
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -19,6 +20,19 @@ def ray_local() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_local: None) -> Iterator[int]:
+    """Serve started once on a free port, for every test that deploys an application."""
+    from ray import serve
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import time
 import ray
 
 from cancel import ScopeCache, ScopeHost, ScopeTicket, ScopeView
+from cancel.host import Changes
 
 
 @ray.remote(num_cpus=0)
@@ -13,7 +14,8 @@ class ScopeWorker:
     """Holds views by test-chosen keys, read through this process's ``ScopeCache``."""
 
     def __init__(self, **cache_options: float) -> None:
-        """``cache_options`` (poll timeouts) give the worker its own cache instead of the loop's."""
+        """``cache_options`` (poll timeouts, linger) give the worker its own cache instead of
+        the loop's."""
         self._views: dict[str, ScopeView] = {}
         self._own_cache = ScopeCache(**cache_options) if cache_options else None
 
@@ -30,11 +32,13 @@ class ScopeWorker:
     async def stale(self) -> dict[str, bool]:
         return {key: view.is_stale() for key, view in self._views.items()}
 
-    async def generate(self, key: str, step_s: float) -> int:
-        """Produce "tokens" until the view turns stale, checking before each; return the count."""
+    async def generate(self, key: str, step_s: float, max_s: float = float("inf")) -> int:
+        """Produce "tokens" until the view turns stale (checked before each) or ``max_s``
+        passes; return the count."""
         view = self._views[key]
+        deadline = time.monotonic() + max_s
         steps = 0
-        while not view.is_stale():
+        while not view.is_stale() and time.monotonic() < deadline:
             steps += 1
             await asyncio.sleep(step_s)  # the work of one token
         return steps
@@ -49,11 +53,11 @@ class ScopeWorker:
             self._views.pop(key).release()
 
     async def release_all(self) -> dict[str, int]:
-        """Release every view, wait for the host polls to end, and return the cache's counters."""
+        """Release every view, end the idle host polls, and return the cache's counters."""
         for view in self._views.values():
             view.release()
         self._views.clear()
-        await self.cache.idle()
+        await self.cache.drain()
         return self.cache.stats()
 
     async def cache_stats(self) -> dict[str, int]:
@@ -64,8 +68,6 @@ class ScopeWorker:
 class SilentHost(ScopeHost):
     """A host that is alive but never answers a poll (wedged, or cut off by the network)."""
 
-    async def wait_changes(
-        self, known: dict[str, int], timeout_s: float
-    ) -> dict[str, tuple[int, int] | None]:
+    async def wait_changes(self, epoch: int, since: int, timeout_s: float) -> Changes:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")

@@ -2,13 +2,16 @@
 
 import asyncio
 import base64
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
+
+from openai import AsyncOpenAI
 
 from handlers.audio import REALTIME_RATE
 
 APP_NAME = "voice-test"
-MAX_SESSIONS = 3
+MAX_SESSIONS = 4
 EVENT_TIMEOUT_S = 60
 
 
@@ -46,3 +49,13 @@ class Client:
 
 def audio_of(client: Client, response_id: str) -> bytes:
     return b"".join(base64.b64decode(e.delta) for e in client.of_type("response.output_audio.delta", response_id))
+
+
+@asynccontextmanager
+async def open_client(realtime_url: str) -> AsyncIterator[Client]:
+    """A session through the stock SDK, once the server has said ``session.created``."""
+    sdk = AsyncOpenAI(api_key="unused", websocket_base_url=realtime_url)
+    async with sdk.realtime.connect(model="s2s") as connection:
+        client = Client(connection)
+        await client.until(lambda e: e.type == "session.created")
+        yield client
