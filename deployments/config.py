@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cancel import ScopePlacementConfig
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
+from handlers.synthetic import SyntheticConfig
 from handlers.text import FIRST_CHUNK_MAX_WORDS
 from handlers.tts import TTSConfig
 from handlers.vad import TurnDetection
@@ -111,3 +112,6 @@ class AppConfig(BaseModel):
     stt: STTStage = STTStage()
     llm: LLMStage = LLMStage()
     tts: TTSStage = TTSStage()
+    synthetic: SyntheticConfig | None = None
+    """Load-testing the serving layer only: synthetic engines in place of the four models
+    (``handlers.synthetic``; ``cluster/loadtest.yaml``). Never set it to serve users."""

@@ -7,6 +7,9 @@ and graceful shutdown (stop accepting, end responses, close every socket with 10
 
 import asyncio
 import logging
+from typing import Any
+
+import ray
 
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
@@ -16,6 +19,7 @@ from ray.serve.handle import DeploymentHandle
 
 from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
+from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.protocol import ProtocolError, encode, error_event
 from deployments.session import RealtimeSession, Stages
 
@@ -25,6 +29,20 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_TRY_AGAIN_LATER = 1013
 
 api = FastAPI(title="s2s-serve realtime ingress")
+
+
+def _cluster_view() -> dict[str, Any]:
+    """Running replicas per deployment of this application, and Ray's metrics endpoints."""
+    app = serve.status().applications.get(serve.get_replica_context().app_name)
+    replicas = {
+        name: deployment.replica_states.get("RUNNING", 0) for name, deployment in (app.deployments if app else {}).items()
+    }
+    metrics_urls = [
+        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        for node in ray.nodes()
+        if node.get("Alive") and node.get("MetricsExportPort")
+    ]
+    return {"replicas": replicas, "metrics_urls": metrics_urls}
 
 
 @serve.deployment
@@ -43,6 +61,7 @@ class RealtimeIngress:
         self._config = config
         self._model_name = model_name
         self._sessions: set[RealtimeSession] = set()
+        self._metrics = IngressMetrics()
         self._directory: asyncio.Task[ScopeDirectory] | None = None
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
@@ -57,6 +76,13 @@ class RealtimeIngress:
         }
         return JSONResponse(body, status_code=503 if self._closing else 200)
 
+    @api.get("/stats")
+    async def stats(self) -> JSONResponse:
+        """For load tests and dashboards: this replica's sessions, the application's running
+        replicas per deployment, and where Ray exports the Prometheus metrics.
+        Costs a Serve status call (~50 ms of CPU): poll it every few seconds, not faster."""
+        return JSONResponse({"sessions": len(self._sessions), **await asyncio.to_thread(_cluster_view)})
+
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
         await websocket.accept()
@@ -66,13 +92,22 @@ class RealtimeIngress:
             await websocket.close(CLOSE_GOING_AWAY if self._closing else CLOSE_TRY_AGAIN_LATER, refusal.error.code)
             return
         directory = await self._scope_directory()
-        session = RealtimeSession(websocket, self._stages, self._config, directory.open_session(), self._model_name)
+        session = RealtimeSession(
+            websocket,
+            self._stages,
+            self._config,
+            directory.open_session(),
+            self._model_name,
+            SessionMetrics(self._metrics),
+        )
         self._sessions.add(session)
+        self._metrics.active_sessions.set(len(self._sessions))
         self._watch_for_shutdown()
         try:
             await session.run()
         finally:
             self._sessions.discard(session)
+            self._metrics.active_sessions.set(len(self._sessions))
 
     def _refusal(self) -> RealtimeErrorEvent | None:
         if self._closing:
@@ -120,3 +155,4 @@ class RealtimeIngress:
         await self._close_all()
         if self._directory is not None and self._directory.done() and not self._directory.exception():
             await self._directory.result().shutdown()
+

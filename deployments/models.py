@@ -1,6 +1,7 @@
 """Thin Serve deployments around the four handlers.
 
-Each holds one model and nothing per session: VAD state travels with each call, and the
+Each holds one model (or, given a ``SyntheticConfig``, its synthetic stand-in from
+``handlers.synthetic``, for load-testing the serving layer) and nothing per session: VAD state travels with each call, and the
 LLM and TTS replicas watch the session's cancel scope through this process's
 :class:`cancel.ScopeCache` only for the life of a request. CPU-bound model calls run in a
 thread so the replica's event loop (which also carries the scope cache's long-polls) stays
@@ -18,14 +19,21 @@ from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from handlers.audio import SPEECH_RATE
 from handlers.llm import LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
+from handlers.synthetic import (
+    EnergyVoiceDetector,
+    ScriptedLanguageModel,
+    SyntheticConfig,
+    ToneSpeaker,
+    ToneTranscriber,
+)
 from handlers.tts import TextToSpeech, TTSConfig
 from handlers.vad import VADEvent, VADState, VoiceActivityDetector
 
 
 @serve.deployment
 class VAD:
-    def __init__(self) -> None:
-        self._detector = VoiceActivityDetector()
+    def __init__(self, synthetic: SyntheticConfig | None = None) -> None:
+        self._detector = VoiceActivityDetector() if synthetic is None else EnergyVoiceDetector()
 
     def detect(self, state: VADState, samples: np.ndarray) -> tuple[VADState, list[VADEvent]]:
         events = self._detector.detect(state, samples)
@@ -34,8 +42,8 @@ class VAD:
 
 @serve.deployment
 class STT:
-    def __init__(self, config: STTConfig) -> None:
-        self._stt = SpeechToText(config)
+    def __init__(self, config: STTConfig, synthetic: SyntheticConfig | None = None) -> None:
+        self._stt: SpeechToText | ToneTranscriber = SpeechToText(config) if synthetic is None else ToneTranscriber()
         self._stt.transcribe(np.zeros(SPEECH_RATE, dtype=np.float32))  # first call pays ~1 s of setup
 
     def transcribe(self, audio: np.ndarray) -> str:
@@ -44,8 +52,10 @@ class STT:
 
 @serve.deployment
 class LLM:
-    def __init__(self, config: LLMConfig) -> None:
-        self._model = LanguageModel.create(config)
+    def __init__(self, config: LLMConfig, synthetic: SyntheticConfig | None = None) -> None:
+        self._model: LanguageModel | ScriptedLanguageModel = (
+            LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
+        )
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
         """Token deltas until done, stale or cancelled (``response.cancel()`` lands here as
@@ -61,7 +71,7 @@ class LLM:
         return self._model.unfinished_requests()
 
     async def check_health(self) -> None:
-        await self._model.engine.check_health()
+        await self._model.check_health()
 
     def __del__(self) -> None:
         self._model.shutdown()
@@ -69,8 +79,10 @@ class LLM:
 
 @serve.deployment
 class TTS:
-    def __init__(self, config: TTSConfig) -> None:
-        self._tts = TextToSpeech(config)
+    def __init__(self, config: TTSConfig, synthetic: SyntheticConfig | None = None) -> None:
+        self._tts: TextToSpeech | ToneSpeaker = (
+            TextToSpeech(config) if synthetic is None else ToneSpeaker(synthetic, config.output_rate)
+        )
         for _ in self._tts.synthesize("Ready."):  # first call pays phonemizer and ONNX setup
             pass
 

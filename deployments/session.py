@@ -59,6 +59,7 @@ from cancel import SessionScope
 from deployments.config import IngressConfig
 from deployments.conversation import Item, truncate_spoken, wire_item
 from deployments.messages import ChatMessage, LLMRequest, TTSRequest
+from deployments.metrics import SessionMetrics
 from deployments.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, b64_pcm16_decode, pcm16_to_float
 from handlers.text import SpeechChunker
@@ -150,8 +151,10 @@ class RealtimeSession:
         config: IngressConfig,
         scope: Awaitable[SessionScope],
         model_name: str,
+        metrics: SessionMetrics,
     ) -> None:
         self.id = new_id("sess")
+        self._metrics = metrics
         self._ws = websocket
         self._stages = stages
         self._config = config
@@ -238,8 +241,10 @@ class RealtimeSession:
         while True:
             generation, event = await self._outgoing.get()
             if generation is not None and self._scope is not None and self._scope.is_stale(generation):
+                self._metrics.dropped()
                 continue  # output of a cancelled response: never reaches the client
             await self._ws.send_text(encode(event))
+            self._metrics.sent(event)
 
     async def _fail(self, error: ProtocolError) -> None:
         await self._emit(error_event(error))
@@ -369,6 +374,7 @@ class RealtimeSession:
     async def _on_response_create(self, event: Any) -> None:
         if self._response is not None:
             raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
+        self._metrics.turn_ended()
         await self._start_response()
 
     async def _on_response_cancel(self, event: Any) -> None:
@@ -462,6 +468,7 @@ class RealtimeSession:
             if speculation is not None:
                 speculation.cancel()
             return
+        self._metrics.turn_ended()
         await self._commit(utterance, item_id, speculation.transcript if speculation else None)
         answer = self._create_response and self._response is None
         if answer and speculation is not None and await self._adopt(speculation):
@@ -572,6 +579,8 @@ class RealtimeSession:
         if run is None:
             return None
         assert self._scope is not None
+        if reason is not None:
+            self._metrics.cancelled(reason)
         self._scope.cancel()  # from here on the send loop drops this response's output
         run.abandon()
         status = RealtimeResponseStatus(type="cancelled", reason=reason)

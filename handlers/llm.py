@@ -110,5 +110,8 @@ class LanguageModel:
     def unfinished_requests(self) -> int:
         return self.engine.get_num_unfinished_requests()
 
+    async def check_health(self) -> None:
+        await self.engine.check_health()
+
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -12,7 +12,7 @@ from deployments.config import AppConfig
 CLUSTER = Path(__file__).parents[2] / "cluster"
 
 
-@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml"])
+@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml", "loadtest.yaml"])
 def test_config_is_valid_for_serve_and_the_app(name: str) -> None:
     schema = ServeDeploySchema.model_validate(yaml.safe_load((CLUSTER / name).read_text()))
     (app,) = schema.applications

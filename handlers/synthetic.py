@@ -1,0 +1,168 @@
+"""Synthetic engines for load-testing the serving layer: never the default, never a model.
+
+They stand in for the four models with the same interfaces, so that the real ingress, cancel
+scopes and Serve plumbing can carry hundreds of sessions on a machine where the real models
+would carry a handful (``cluster/loadtest.yaml``):
+
+- a question is a pure tone whose frequency encodes its number (``question_tone``);
+- the VAD is silero's own segmenter driven by signal energy instead of the network;
+- the STT reads the tone's frequency back (``Question 17.``);
+- the LLM streams a scripted answer that names the question (``Answer 17: ...``) at a set
+  token rate;
+- the TTS emits a tone as long as the text would take to say, and holds its replica for a set
+  time per sentence (one sentence at a time, as a GPU would).
+"""
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.audio import SPEECH_RATE, float_to_pcm16
+from handlers.tts import SpeechAudio
+from handlers.vad import VoiceActivityDetector
+
+BASE_HZ = 400.0
+STEP_HZ = 25.0
+MAX_QUESTION = 120
+"""Questions 0..MAX_QUESTION map to 400..3400 Hz, well inside 16 kHz audio."""
+TONE_LEVEL = 0.3
+ENERGY_THRESHOLD = 0.01
+"""RMS of a 32 ms window above which the energy VAD hears speech."""
+_QUESTION = re.compile(r"Question (\d+)\.")
+
+
+class SyntheticConfig(BaseModel):
+    """Settings of the synthetic engines (``AppConfig.synthetic``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer_words: int = Field(24, ge=1)
+    """Words in each scripted answer (after ``Answer N:``), in sentences of eight."""
+    tokens_per_s: float = Field(40.0, gt=0)
+    """LLM decoding speed of one stream."""
+    speech_s_per_word: float = Field(0.3, gt=0)
+    """Length of the TTS tone per word of text."""
+    tts_hold_s_per_sentence: float = Field(0.05, ge=0)
+    """Time a TTS replica is busy per sentence; one sentence at a time per replica."""
+
+
+def question_tone(number: int, seconds: float, rate: int = SPEECH_RATE) -> np.ndarray:
+    """The spoken form of question ``number``: a float32 tone the synthetic STT reads back."""
+    if not 0 <= number <= MAX_QUESTION:
+        raise ValueError(f"question numbers go from 0 to {MAX_QUESTION}, not {number}")
+    t = np.arange(int(seconds * rate)) / rate
+    return (TONE_LEVEL * np.sin(2 * np.pi * (BASE_HZ + STEP_HZ * number) * t)).astype(np.float32)
+
+
+def question_text(number: int) -> str:
+    return f"Question {number}."
+
+
+def answer_number(text: str) -> int | None:
+    """The question a scripted answer (or transcript) names, if any."""
+    match = re.search(r"(?:Answer|Question) (\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+class _EnergyModel:
+    """Silero's model interface (probability per 512-sample window) from signal energy."""
+
+    def __init__(self) -> None:
+        self.reset_states()
+
+    def reset_states(self, batch_size: int = 1) -> None:
+        self._state = torch.zeros((2, batch_size, 128))
+        self._context = torch.zeros(0)
+        self._last_sr = 0
+        self._last_batch_size = 0
+
+    def __call__(self, chunk: torch.Tensor, sampling_rate: int) -> torch.Tensor:
+        rms = float(chunk.pow(2).mean().sqrt())
+        return torch.tensor([[1.0 if rms > ENERGY_THRESHOLD else 0.0]])
+
+
+class EnergyVoiceDetector(VoiceActivityDetector):
+    """The real segmenter (start, pause, resume, stop, too short) on an energy detector."""
+
+    def __init__(self) -> None:
+        self._model = _EnergyModel()
+
+
+class ToneTranscriber:
+    """Reads the question number back from its tone's frequency."""
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        loud = np.flatnonzero(np.abs(audio) > ENERGY_THRESHOLD)
+        if loud.size == 0 or loud[-1] - loud[0] < SPEECH_RATE // 10:
+            return ""
+        voiced = audio[loud[0] : loud[-1] + 1]
+        spectrum = np.abs(np.fft.rfft(voiced))
+        peak_hz = float(np.argmax(spectrum)) * SPEECH_RATE / voiced.size
+        number = round((peak_hz - BASE_HZ) / STEP_HZ)
+        return question_text(number) if 0 <= number <= MAX_QUESTION else ""
+
+
+class ScriptedLanguageModel:
+    """Streams ``Answer N: word word ...`` for the last ``Question N.`` at a set token rate."""
+
+    def __init__(self, config: SyntheticConfig) -> None:
+        self.config = config
+        self._running = 0
+
+    async def stream(
+        self,
+        messages: list[dict[str, str]],
+        is_stale: Callable[[], bool] = lambda: False,
+        request_id: str | None = None,
+    ) -> AsyncIterator[str]:
+        last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        match = _QUESTION.search(last)
+        words = [f"Answer {match.group(1) if match else 'unknown'}:"]
+        words += [
+            "word." if (i + 1) % 8 == 0 or i + 1 == self.config.answer_words else "word"
+            for i in range(self.config.answer_words)
+        ]
+        self._running += 1
+        try:
+            for index, word in enumerate(words):
+                await asyncio.sleep(1 / self.config.tokens_per_s)  # the decoding of one token
+                if is_stale():
+                    return
+                yield word if index == 0 else " " + word
+        finally:
+            self._running -= 1
+
+    def unfinished_requests(self) -> int:
+        return self._running
+
+    async def check_health(self) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+class ToneSpeaker:
+    """A tone as long as the text takes to say; one sentence at a time per replica."""
+
+    def __init__(self, config: SyntheticConfig, output_rate: int) -> None:
+        self.config = config
+        self.output_rate = output_rate
+        self._device = threading.Lock()
+
+    def synthesize(self, text: str, is_stale: Callable[[], bool] = lambda: False) -> Iterator[SpeechAudio]:
+        for sentence in re.findall(r"[^.!?]+[.!?]*", text):
+            if is_stale() or not sentence.strip():
+                return
+            with self._device:
+                time.sleep(self.config.tts_hold_s_per_sentence)
+            seconds = len(sentence.split()) * self.config.speech_s_per_word
+            t = np.arange(int(seconds * self.output_rate)) / self.output_rate
+            tone = (TONE_LEVEL * np.sin(2 * np.pi * 220.0 * t)).astype(np.float32)
+            yield SpeechAudio(float_to_pcm16(tone), self.output_rate)

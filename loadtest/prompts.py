@@ -1,0 +1,97 @@
+"""What the load test's sessions say, and how an answer is traced back to the question.
+
+Two sets, picked by the model the server names in ``session.created``:
+
+- ``spoken``: questions about capitals, spoken by Piper once and cached on disk; an answer or
+  transcript names a question by its country or city;
+- ``tones``: for the synthetic engines (``cluster/loadtest.yaml``), question N is a tone that
+  the synthetic STT reads back, and the scripted answer says ``Answer N``.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from handlers.assets import cache_dir
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
+from handlers.synthetic import answer_number, question_text, question_tone
+
+CAPITALS = [
+    ("France", "Paris"),
+    ("Japan", "Tokyo"),
+    ("Italy", "Rome"),
+    ("Germany", "Berlin"),
+    ("Spain", "Madrid"),
+    ("Egypt", "Cairo"),
+    ("Russia", "Moscow"),
+    ("Canada", "Ottawa"),
+]
+TONE_QUESTIONS = 100
+TONE_SECONDS = 1.2
+
+
+@dataclass(frozen=True)
+class Prompt:
+    number: int
+    text: str
+    pcm16: bytes
+    """24 kHz mono PCM16, as a client sends it."""
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm16) / (2 * REALTIME_RATE)
+
+
+class PromptSet:
+    """The questions of one kind, and which of them a text names."""
+
+    def __init__(self, name: str, prompts: list[Prompt], marks: list[tuple[str, ...]]) -> None:
+        self.name = name
+        self.prompts = prompts
+        self._marks = marks
+
+    def named_in(self, text: str) -> set[int]:
+        """Numbers of the questions ``text`` names (an answer or a transcript)."""
+        if self.name == "tones":
+            number = answer_number(text)
+            return set() if number is None else {number}
+        words = set(re.findall(r"[a-z]+", text.lower()))
+        return {i for i, marks in enumerate(self._marks) if words & set(marks)}
+
+
+def spoken_prompts() -> PromptSet:
+    """Capital questions spoken by Piper (synthesised once into the cache folder)."""
+    folder = cache_dir() / "loadtest-prompts"
+    folder.mkdir(parents=True, exist_ok=True)
+    prompts, marks = [], []
+    speaker = None
+    for number, (country, city) in enumerate(CAPITALS):
+        text = f"What is the capital of {country}?"
+        path = folder / f"{country.lower()}.pcm"
+        if not path.exists():
+            if speaker is None:
+                from handlers.tts import TextToSpeech
+
+                speaker = TextToSpeech()
+            _write_atomically(path, b"".join(chunk.pcm16 for chunk in speaker.synthesize(text)))
+        prompts.append(Prompt(number, text, path.read_bytes()))
+        marks.append((country.lower(), city.lower()))
+    return PromptSet("spoken", prompts, marks)
+
+
+def tone_prompts() -> PromptSet:
+    prompts = [
+        Prompt(n, question_text(n), float_to_pcm16(resample(question_tone(n, TONE_SECONDS), SPEECH_RATE, REALTIME_RATE)))
+        for n in range(TONE_QUESTIONS)
+    ]
+    return PromptSet("tones", prompts, [])
+
+
+def prompts_for(model: str) -> PromptSet:
+    return tone_prompts() if model == "synthetic" else spoken_prompts()
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    staging = path.with_suffix(".partial")
+    staging.write_bytes(data)
+    staging.rename(path)

@@ -1,0 +1,215 @@
+"""The load test's report: counts and latency percentiles (JSON), a Markdown table, PNG plots.
+
+Correctness counters, each of which must be zero in a healthy run:
+- ``stale_bytes``: audio of a response received after its ``response.done`` (or with no
+  ``response.created``);
+- ``leaks``: answers that name a question their session never asked (another session's);
+- ``cut_short``: answers reported ``completed`` with fewer than ``CUT_SHORT`` of the words the
+  same question got when answered alone, which no cancel of their own explains;
+- ``no_response``, ``done_without_created``, ``timeouts``, ``disconnects``, ``errors``.
+
+``interrupts_too_late`` counts interruptions that reached the server after its answer had
+ended (a ``response.cancel`` then gets ``response_cancel_not_active``, which is right).
+"""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.client import Turn
+from loadtest.metrics import server_view
+from loadtest.prompts import PromptSet
+from loadtest.run import LoadResult
+
+CUT_SHORT = 0.5
+PERCENTILES = (50, 90, 95, 99)
+
+
+def _ms(later: float | None, earlier: float | None) -> float | None:
+    return None if later is None or earlier is None else (later - earlier) * 1000
+
+
+def turn_latencies(turn: Turn) -> dict[str, float | None]:
+    """Per-turn latencies in ms; None where the turn did not get that far."""
+    response = turn.response
+    created = response.created_at if response else None
+    first_audio = response.first_audio_at if response else None
+    latencies = {
+        "speech_end_to_speech_stopped_ms": _ms(turn.speech_stopped_at, turn.speech_end_at),
+        "speech_end_to_transcribed_ms": _ms(turn.transcribed_at, turn.speech_end_at),
+        "speech_end_to_response_created_ms": _ms(created, turn.speech_end_at),
+        "voice_to_voice_ms": _ms(first_audio, turn.speech_end_at),
+    }
+    if turn.interruption is not None and response is not None and response.status == "cancelled":
+        kind = "barge_in" if turn.interruption == "barge-in" else "cancel"
+        latencies[f"{kind}_to_response_done_ms"] = _ms(response.done_at, turn.interrupted_at)
+        last = _ms(response.last_audio_at, turn.interrupted_at)
+        latencies[f"{kind}_to_last_audio_ms"] = None if last is None else max(0.0, last)
+        if kind == "barge_in":
+            latencies["speech_started_to_response_done_ms"] = _ms(response.done_at, turn.barge_in_heard_at)
+    return latencies
+
+
+def latency_samples(result: LoadResult) -> dict[str, list[float]]:
+    """Every turn's latencies, by metric."""
+    samples: dict[str, list[float]] = {}
+    for turn in (t for log in result.logs for t in log.turns):
+        for name, value in turn_latencies(turn).items():
+            if value is not None:
+                samples.setdefault(name, []).append(value)
+    return samples
+
+
+def summarize(result: LoadResult) -> dict[str, Any]:
+    prompts = result.prompts
+    turns = [turn for log in result.logs for turn in log.turns]
+    samples = latency_samples(result)
+    errors: dict[str, int] = {}
+    for log in result.logs:
+        for code, count in log.errors.items():
+            errors[code] = errors.get(code, 0) + count
+    responses = [turn.response for turn in turns if turn.response is not None]
+    counts = {
+        "sessions": len(result.logs),
+        "turns": len(turns),
+        "responses": len(responses),
+        "completed": sum(r.status == "completed" for r in responses),
+        "cancelled": sum(r.status == "cancelled" for r in responses),
+        "failed": sum(r.status == "failed" for r in responses),
+        "barge_ins": sum(t.interruption == "barge-in" for t in turns),
+        "cancels": sum(t.interruption == "cancel" for t in turns),
+        "interrupts_too_late": sum(
+            t.interruption is not None and t.response is not None and t.response.status == "completed" for t in turns
+        ),
+        "stale_bytes": sum(r.stale_bytes for r in responses) + sum(l.unattributed_stale_bytes for l in result.logs),
+        "leaks": sum(_leaked(log_turns, prompts) for log_turns in (log.turns for log in result.logs)),
+        "cut_short": sum(_cut_short(t, result.calibrated_words) for t in turns),
+        "no_response": sum(t.response is None for t in turns),
+        "done_without_created": sum(log.done_without_created for log in result.logs),
+        "timeouts": sum(t.timed_out for t in turns),
+        "disconnects": sum(log.disconnected for log in result.logs),
+        "errors": errors,
+    }
+    duration = result.ended_at - result.started_at
+    return {
+        "config": asdict(result.config),
+        "server_info": {"model": result.model, "prompts": prompts.name, "url": result.config.url},
+        "duration_s": round(duration, 2),
+        "completed_turns_per_s": round(counts["completed"] / duration, 3) if duration else 0.0,
+        "counts": counts,
+        "latency_ms": {name: _percentiles(values) for name, values in sorted(samples.items())},
+        "calibrated_words": result.calibrated_words,
+        "timeline": result.timeline,
+        "server": server_view(result.server_metrics),
+    }
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    stats = {"count": len(values)}
+    stats.update({f"p{p}": round(float(np.percentile(values, p)), 1) for p in PERCENTILES})
+    return stats
+
+
+def _leaked(turns: list[Turn], prompts: PromptSet) -> int:
+    """Answers that name a question this session had not asked (so: another session's)."""
+    leaks, asked = 0, set()
+    for turn in turns:
+        asked.add(turn.prompt.number)
+        if turn.response is None or not turn.response.transcript:
+            continue
+        named = prompts.named_in(turn.response.transcript)
+        leaks += bool(named - asked) and turn.prompt.number not in named
+    return leaks
+
+
+def _cut_short(turn: Turn, calibrated: dict[int, int]) -> bool:
+    response = turn.response
+    expected = calibrated.get(turn.prompt.number)
+    if response is None or response.status != "completed" or not expected:
+        return False
+    return len(response.transcript.split()) < CUT_SHORT * expected
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    config, counts = summary["config"], summary["counts"]
+    lines = [
+        f"# Load test: {config['sessions']} sessions x {config['turns']} turns, "
+        f"interrupt rate {config['interrupt_rate']}, cancel rate {config['cancel_rate']}",
+        "",
+        f"Server model `{summary['server_info']['model']}`, {summary['duration_s']} s, "
+        f"{summary['completed_turns_per_s']} completed turns/s.",
+        "",
+        "| counter | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in counts.items() if name != "errors"),
+        f"| errors | {counts['errors'] or 0} |",
+        "",
+        "| latency (ms) | count | p50 | p90 | p95 | p99 |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {name} | {s['count']} | {s['p50']} | {s['p90']} | {s['p95']} | {s['p99']} |"
+            for name, s in summary["latency_ms"].items()
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], result: LoadResult, stem: Path) -> list[Path]:
+    """Latency CDFs, and sessions / voice-to-voice / TTS replicas over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = [stem.with_name(f"{stem.name}-latency.png"), stem.with_name(f"{stem.name}-timeline.png")]
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for name, values in sorted(latency_samples(result).items()):
+        ordered = np.sort(values)
+        axis.plot(ordered, np.arange(1, len(ordered) + 1) / len(ordered), label=name.removesuffix("_ms"))
+    axis.set_xscale("symlog", linthresh=10)
+    axis.set_xlabel("ms")
+    axis.set_ylabel("fraction of turns")
+    axis.set_title("Latency CDFs")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(paths[0], dpi=110)
+    plt.close(figure)
+
+    figure, (sessions, latency, replicas) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    timeline = summary["timeline"]
+    times = [sample["t"] for sample in timeline]
+    sessions.plot(times, [sample.get("sessions", 0) for sample in timeline])
+    sessions.set_ylabel("open sessions")
+    points = [
+        (turn.response.first_audio_at - result.started_at, latencies["voice_to_voice_ms"])
+        for turn in (t for log in result.logs for t in log.turns)
+        if turn.response is not None
+        and turn.response.first_audio_at is not None
+        and (latencies := turn_latencies(turn))["voice_to_voice_ms"] is not None
+    ]
+    if points:
+        latency.scatter(*zip(*points, strict=True), s=6)
+    latency.set_ylabel("voice-to-voice ms")
+    for name in sorted({name for sample in timeline for name in sample.get("replicas", {})}):
+        replicas.step(times, [sample.get("replicas", {}).get(name, 0) for sample in timeline], where="post", label=name)
+    replicas.set_ylabel("running replicas")
+    replicas.set_xlabel("seconds since start")
+    replicas.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(paths[1], dpi=110)
+    plt.close(figure)
+    return paths
+
+
+def write(result: LoadResult, out: Path) -> dict[str, Any]:
+    """Write ``out`` (JSON), ``out`` with ``.md``, and the plots beside it; return the summary."""
+    summary = summarize(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1))
+    out.with_suffix(".md").write_text(markdown(summary))
+    summary["plots"] = [str(path) for path in plot(summary, result, out.with_suffix(""))]
+    return summary

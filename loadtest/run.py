@@ -1,0 +1,137 @@
+"""A load test from start to report: probe, calibrate, ramp the sessions up, watch the server.
+
+1. A probe session reads the server's model from ``session.created``: ``synthetic`` means the
+   serving-layer mode, whose questions are tones; anything else gets spoken questions.
+2. Calibration: each question that will be asked is answered once alone, so that an answer
+   cut short under load can be told from one that is short by nature.
+3. The sessions start spread over ``ramp_s``; each asks its questions in its own order.
+4. Meanwhile the server's ``/stats`` (sessions, replicas per deployment) is sampled, and its
+   Prometheus metrics are scraped before and after, for the server's view beside ours.
+"""
+
+import asyncio
+import json
+import random
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from loadtest.client import Session, SessionLog, Turn
+from loadtest.metrics import scrape
+from loadtest.prompts import PromptSet, prompts_for
+
+STATS_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    url: str
+    sessions: int
+    turns: int
+    interrupt_rate: float
+    cancel_rate: float
+    ramp_s: float
+    duration_s: float | None
+    seed: int
+    calibrate: bool = True
+
+
+@dataclass
+class LoadResult:
+    config: LoadConfig
+    prompts: PromptSet
+    model: str | None
+    started_at: float
+    ended_at: float
+    logs: list[SessionLog]
+    calibrated_words: dict[int, int]
+    timeline: list[dict[str, Any]]
+    server_metrics: dict[str, float]
+
+
+def http_base(url: str) -> str:
+    """``ws://host:port/prefix/v1/realtime`` -> ``http://host:port/prefix``."""
+    base = url.replace("wss://", "https://").replace("ws://", "http://")
+    return base.removesuffix("/v1/realtime")
+
+
+def server_stats(url: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"{http_base(url)}/stats", timeout=10) as reply:
+            return dict(json.load(reply))
+    except OSError:
+        return None
+
+
+async def run_load(config: LoadConfig) -> LoadResult:
+    probe = await Session(0, config.url, PromptSet("none", [], []), [], random.Random(), 0, 0, print).run(0, 0)
+    if probe.disconnected and probe.model is None:
+        raise ConnectionError(f"no Realtime server answers at {config.url}")
+    prompts = prompts_for(probe.model or "")
+    rng = random.Random(config.seed)
+    orders = [rng.sample(range(len(prompts.prompts)), len(prompts.prompts)) for _ in range(config.sessions)]
+    asked = sorted({order[t % len(order)] for order in orders for t in range(config.turns + 1)})
+    calibrated, answering_s = await _calibrate(config.url, prompts, asked) if config.calibrate else ({}, {})
+
+    stats = await asyncio.to_thread(server_stats, config.url)
+    metrics_urls = (stats or {}).get("metrics_urls", [])
+    before = await asyncio.to_thread(scrape, metrics_urls)
+    total_turns = config.sessions * config.turns
+    deadline = time.monotonic() + config.duration_s if config.duration_s else float("inf")
+    started = time.monotonic()
+    timeline: list[dict[str, Any]] = []
+    with tqdm(total=total_turns, unit="turn", desc="load test", disable=None) as progress:
+
+        def turn_ended(turn: Turn) -> None:
+            progress.update(1)
+
+        async def session(index: int) -> SessionLog:
+            await asyncio.sleep(config.ramp_s * index / max(1, config.sessions))
+            driver = Session(
+                index,
+                config.url,
+                prompts,
+                orders[index],
+                random.Random(config.seed * 100_003 + index),
+                config.interrupt_rate,
+                config.cancel_rate,
+                turn_ended,
+                answering_s,
+            )
+            return await driver.run(config.turns, deadline)
+
+        sampler = asyncio.ensure_future(_sample_stats(config.url, started, timeline))
+        try:
+            logs = await asyncio.gather(*(session(i) for i in range(config.sessions)))
+        finally:
+            sampler.cancel()
+    ended = time.monotonic()
+    after = await asyncio.to_thread(scrape, metrics_urls)
+    server_metrics = {name: value - before.get(name, 0.0) for name, value in after.items()}
+    return LoadResult(config, prompts, probe.model, started, ended, list(logs), calibrated, timeline, server_metrics)
+
+
+async def _calibrate(url: str, prompts: PromptSet, numbers: list[int]) -> tuple[dict[int, int], dict[int, float]]:
+    """Each question answered with nothing else running (a fresh session each): the words of
+    its answer, and how long the server streams it (first audio to ``response.done``)."""
+    words: dict[int, int] = {}
+    answering_s: dict[int, float] = {}
+    for number in tqdm(numbers, desc="calibrating", unit="question", disable=None):
+        log = await Session(0, url, prompts, [number], random.Random(), 0, 0, lambda _: None).run(1, float("inf"))
+        response = log.turns[0].response if log.turns else None
+        if response is not None and response.status == "completed" and response.first_audio_at and response.done_at:
+            words[number] = len(response.transcript.split())
+            answering_s[number] = response.done_at - response.first_audio_at
+    return words, answering_s
+
+
+async def _sample_stats(url: str, started: float, timeline: list[dict[str, Any]]) -> None:
+    while True:
+        stats = await asyncio.to_thread(server_stats, url)
+        if stats is not None:
+            sample = {"t": round(time.monotonic() - started, 2), "sessions": stats.get("sessions", 0)}
+            timeline.append({**sample, "replicas": stats.get("replicas", {})})
+        await asyncio.sleep(STATS_EVERY_S)
