@@ -128,16 +128,18 @@ class Session:
                 finally:
                     self._leaving = True
                     reader.cancel()
+                    for speaking in self._speaking:
+                        speaking.cancel()
         except (OSError, TimeoutError, websockets.WebSocketException):
             self.log.disconnected = True
         return self.log
 
     async def _converse(self, turns: int, deadline: float) -> None:
-        pending: Turn | None = None  # a question already spoken (as a barge-in)
-        for index in range(turns):
-            if time.monotonic() >= deadline:
-                return
-            turn = pending or self._new_turn(index)
+        """Ask ``turns`` questions (or stop at ``deadline``); a question spoken as a barge-in
+        is the next turn, and is awaited even if it is one more than ``turns``."""
+        pending: Turn | None = None
+        while pending is not None or (len(self.log.turns) < turns and time.monotonic() < deadline):
+            turn = pending or self._new_turn(len(self.log.turns))
             if pending is None:
                 await self._speak(turn)
             pending = await self._await_answer(turn)

@@ -2,8 +2,9 @@
 
 1. A probe session reads the server's model from ``session.created``: ``synthetic`` means the
    serving-layer mode, whose questions are tones; anything else gets spoken questions.
-2. Calibration: each question that will be asked is answered once alone, so that an answer
-   cut short under load can be told from one that is short by nature.
+2. Calibration: the first questions that will be asked are answered once alone, so that an
+   answer cut short under load can be told from one that is short by nature, and an
+   interruption can be timed to land while the server is still answering.
 3. The sessions start spread over ``ramp_s``; each asks its questions in its own order.
 4. Meanwhile the server's ``/stats`` (sessions, replicas per deployment) is sampled, and its
    Prometheus metrics are scraped before and after, for the server's view beside ours.
@@ -24,6 +25,9 @@ from loadtest.metrics import scrape
 from loadtest.prompts import PromptSet, prompts_for
 
 STATS_EVERY_S = 2.0
+CALIBRATED_QUESTIONS = 8
+"""Questions answered alone before the load; the others are taken to be like their median
+(all of them for the spoken set, which has eight; tone answers all have the same length)."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,18 @@ def server_stats(url: str) -> dict[str, Any] | None:
 
 
 async def run_load(config: LoadConfig) -> LoadResult:
-    probe = await Session(0, config.url, PromptSet("none", [], []), [], random.Random(), 0, 0, print).run(0, 0)
+    probe = await Session(0, config.url, PromptSet("none", [], []), [], random.Random(), 0, 0, lambda _: None).run(0, 0)
     if probe.disconnected and probe.model is None:
         raise ConnectionError(f"no Realtime server answers at {config.url}")
     prompts = prompts_for(probe.model or "")
     rng = random.Random(config.seed)
     orders = [rng.sample(range(len(prompts.prompts)), len(prompts.prompts)) for _ in range(config.sessions)]
-    asked = sorted({order[t % len(order)] for order in orders for t in range(config.turns + 1)})
-    calibrated, answering_s = await _calibrate(config.url, prompts, asked) if config.calibrate else ({}, {})
+    asked = list(dict.fromkeys(order[t % len(order)] for t in range(config.turns + 1) for order in orders))
+    calibrated, answering_s = ({}, {})
+    if config.calibrate:
+        calibrated, answering_s = await _calibrate(config.url, prompts, asked[:CALIBRATED_QUESTIONS])
+        _fill_with_median(calibrated, asked)
+        _fill_with_median(answering_s, asked)
 
     stats = await asyncio.to_thread(server_stats, config.url)
     metrics_urls = (stats or {}).get("metrics_urls", [])
@@ -126,6 +134,13 @@ async def _calibrate(url: str, prompts: PromptSet, numbers: list[int]) -> tuple[
             words[number] = len(response.transcript.split())
             answering_s[number] = response.done_at - response.first_audio_at
     return words, answering_s
+
+
+def _fill_with_median(measured: dict[int, Any], numbers: list[int]) -> None:
+    if measured:
+        median = sorted(measured.values())[len(measured) // 2]
+        for number in numbers:
+            measured.setdefault(number, median)
 
 
 async def _sample_stats(url: str, started: float, timeline: list[dict[str, Any]]) -> None:

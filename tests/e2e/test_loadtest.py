@@ -1,0 +1,66 @@
+"""The load-test harness against the real application (real CPU models) and against the
+serving layer with synthetic engines (many sessions), both with interruptions on."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ray import serve
+
+from deployments.app import build_app
+from loadtest.report import write
+from loadtest.run import LoadConfig, run_load
+
+SYNTHETIC_APP = "voice-synthetic"
+CLEAN = ("stale_bytes", "leaks", "cut_short", "done_without_created", "timeouts", "disconnects")
+
+
+@pytest.fixture(scope="module")
+def synthetic_url(serve_port: int) -> Iterator[str]:
+    """The real ingress, scopes and Serve plumbing with synthetic engines, beside the real app."""
+    tiny = {"num_cpus": 0.01}
+    config = {
+        "synthetic": {"answer_words": 16, "tokens_per_s": 40, "speech_s_per_word": 0.1},
+        "ingress": {
+            "max_sessions": 100,
+            "deployment": {**tiny, "max_ongoing_requests": 128},
+            "scope": {"num_hosts": 2},
+        },
+        "vad": {"deployment": {**tiny, "max_ongoing_requests": 128}},
+        "stt": {"deployment": {**tiny, "max_ongoing_requests": 128}},
+        "llm": {"deployment": {**tiny, "max_ongoing_requests": 128}},
+        "tts": {"deployment": {**tiny, "max_ongoing_requests": 64, "num_replicas": 2}},
+    }
+    serve.run(build_app(config), name=SYNTHETIC_APP, route_prefix="/synthetic")
+    yield f"ws://127.0.0.1:{serve_port}/synthetic/v1/realtime"
+    serve.delete(SYNTHETIC_APP)
+
+
+async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, tmp_path: Path) -> None:
+    config = LoadConfig(synthetic_url, 50, 3, interrupt_rate=0.3, cancel_rate=0.2, ramp_s=5, duration_s=None, seed=7)
+    summary = write(await run_load(config), tmp_path / "serving.json")
+
+    counts = summary["counts"]
+    assert {name: counts[name] for name in CLEAN} == dict.fromkeys(CLEAN, 0)
+    assert counts["no_response"] == 0 and counts["failed"] == 0
+    assert counts["turns"] >= 150 and counts["cancelled"] >= 10  # interrupts did happen
+    assert summary["latency_ms"]["voice_to_voice_ms"]["count"] >= 100
+    assert summary["server"]["totals"]["s2s_turns_total"] >= counts["turns"] - counts["barge_ins"]
+    assert len(summary["server"]["requests_per_replica"]["TTS"]) == 2  # both replicas served
+    assert json.loads((tmp_path / "serving.json").read_text())["counts"] == counts
+    assert "| stale_bytes | 0 |" in (tmp_path / "serving.md").read_text()
+    assert all(Path(plot).stat().st_size > 10_000 for plot in summary["plots"])
+
+
+async def test_real_models_two_interrupting_sessions(realtime_url: str, tmp_path: Path) -> None:
+    url = f"{realtime_url}/realtime"
+    config = LoadConfig(url, 2, 3, interrupt_rate=0.4, cancel_rate=0.3, ramp_s=0, duration_s=None, seed=3, calibrate=False)
+    summary = write(await run_load(config), tmp_path / "real.json")
+
+    counts = summary["counts"]
+    assert summary["server_info"]["prompts"] == "spoken"
+    assert {name: counts[name] for name in CLEAN} == dict.fromkeys(CLEAN, 0)
+    assert counts["no_response"] == 0 and counts["failed"] == 0
+    assert counts["barge_ins"] + counts["cancels"] >= 1
+    assert summary["latency_ms"]["voice_to_voice_ms"]["count"] >= 3
