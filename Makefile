@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install assets run demo test bench-handlers bench-cancel bench-e2e
+.PHONY: install assets run demo test lint bench-handlers bench-cancel bench-e2e loadtest-scaling
 
 install: $(INSTALLED)
 
@@ -44,6 +44,15 @@ demo: install assets
 test: install assets
 	$(PY) -m pytest
 
+# ruff over the whole tree; mypy over the packages typed so far (cancel/, the load test, the
+# synthetic engines, the ingress metrics); the rest joins as the session code is split up.
+TYPED := cancel loadtest/client.py loadtest/run.py loadtest/report.py loadtest/metrics.py loadtest/prompts.py \
+	loadtest/scaling.py loadtest/__main__.py handlers/synthetic.py deployments/metrics.py
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --follow-imports=silent $(TYPED)
+
 bench-handlers: install assets
 	$(PY) -m loadtest.bench_handlers
 
@@ -52,3 +61,7 @@ bench-cancel: install
 
 bench-e2e: install assets
 	$(PY) -m loadtest.bench_e2e
+
+# Serving-layer throughput with 1, 2 and 4 fixed TTS replicas (synthetic engines).
+loadtest-scaling: install
+	$(PY) -m loadtest.scaling

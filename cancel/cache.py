@@ -150,9 +150,7 @@ class _HostPoll:
     def discard(self, entry: _Entry) -> None:
         del self.entries[entry.session_id]
         if not self.entries:
-            self._linger = asyncio.get_running_loop().call_later(
-                self._cache.linger_s, self.stop_if_idle
-            )
+            self._linger = asyncio.get_running_loop().call_later(self._cache.linger_s, self.stop_if_idle)
 
     def stop_if_idle(self) -> None:
         """End the poll if no view needs it; a later watch of the host starts a new one."""
@@ -165,7 +163,7 @@ class _HostPoll:
         try:
             while True:
                 timeout = spread(self._cache.poll_timeout_s)
-                ref = self.host.wait_changes.remote(self._epoch, self._since, timeout)
+                ref: ray.ObjectRef = self.host.wait_changes.remote(self._epoch, self._since, timeout)
                 try:
                     answer = await asyncio.wait_for(
                         asyncio.wrap_future(ref.future()), timeout + self._cache.poll_grace_s
@@ -213,9 +211,7 @@ class _HostPoll:
 class ScopeCache:
     """Per-process (per event loop) cache of the session scopes this worker watches."""
 
-    _by_loop: ClassVar["weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ScopeCache]"] = (
-        weakref.WeakKeyDictionary()
-    )
+    _by_loop: ClassVar["weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ScopeCache]"] = weakref.WeakKeyDictionary()
 
     def __init__(
         self,

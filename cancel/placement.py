@@ -17,7 +17,7 @@ import logging
 import secrets
 import zlib
 from functools import partial
-from typing import Literal
+from typing import Literal, cast
 
 import ray
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,11 +48,8 @@ class ScopePlacementConfig(BaseModel):
 
 def _start_host() -> ActorHandle:
     """A host actor that Ray restarts forever and that never holds a CPU back from scheduling."""
-    return (
-        ray.remote(ScopeHost)
-        .options(num_cpus=0, max_restarts=-1, max_concurrency=HOST_MAX_CONCURRENCY)
-        .remote()
-    )
+    options = ray.remote(ScopeHost).options(num_cpus=0, max_restarts=-1, max_concurrency=HOST_MAX_CONCURRENCY)
+    return cast(ActorHandle, options.remote())
 
 
 class _HostLink:
@@ -148,9 +145,7 @@ class ScopeDirectory:
 
     async def shutdown(self) -> None:
         """Close every open session and kill every host."""
-        await asyncio.gather(
-            *(scope.close() for link in self._links for scope in list(link.scopes))
-        )
+        await asyncio.gather(*(scope.close() for link in self._links for scope in list(link.scopes)))
         for link in list(self._links):
             self._release_link(link)
 

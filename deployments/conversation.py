@@ -53,7 +53,10 @@ def wire_item(item: Item, status: str = "completed") -> Any:
         )
     if item.role == "system":
         return RealtimeConversationItemSystemMessage(
-            id=item.id, type="message", role="system", object="realtime.item",
+            id=item.id,
+            type="message",
+            role="system",
+            object="realtime.item",
             content=[SystemContent(type="input_text", text=item.text)],
         )
     content = (

@@ -7,15 +7,14 @@ and graceful shutdown (stop accepting, end responses, close every socket with 10
 
 import asyncio
 import logging
-from typing import Any
 
 import ray
-
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
 from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
+from ray.serve.schema import ApplicationStatusOverview
 
 from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
@@ -31,18 +30,37 @@ CLOSE_TRY_AGAIN_LATER = 1013
 api = FastAPI(title="s2s-serve realtime ingress")
 
 
-def _cluster_view() -> dict[str, Any]:
-    """Running replicas per deployment of this application, and Ray's metrics endpoints."""
-    app = serve.status().applications.get(serve.get_replica_context().app_name)
-    replicas = {
-        name: deployment.replica_states.get("RUNNING", 0) for name, deployment in (app.deployments if app else {}).items()
-    }
-    metrics_urls = [
+class _AppStatus:
+    """This application's Serve status, fetched at most once per ``max_age_s``.
+
+    A ``serve.status()`` call costs ~50 ms of CPU (it rebuilds every deployment's config);
+    the shutdown watch and ``/stats`` share one cached answer instead of paying per call.
+    """
+
+    def __init__(self, max_age_s: float) -> None:
+        self._max_age_s = max_age_s
+        self._fetched_at = -max_age_s
+        self._fetching: asyncio.Future[ApplicationStatusOverview | None] | None = None
+
+    async def get(self) -> "ApplicationStatusOverview | None":
+        now = asyncio.get_running_loop().time()
+        if self._fetching is None or (self._fetching.done() and now - self._fetched_at >= self._max_age_s):
+            self._fetched_at = now
+            self._fetching = asyncio.ensure_future(asyncio.to_thread(_fetch_app_status))
+        return await asyncio.shield(self._fetching)
+
+
+def _fetch_app_status() -> "ApplicationStatusOverview | None":
+    return serve.status().applications.get(serve.get_replica_context().app_name)
+
+
+def _metrics_urls() -> list[str]:
+    """Where Ray exports Prometheus metrics, one endpoint per live node."""
+    return [
         f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
         for node in ray.nodes()
         if node.get("Alive") and node.get("MetricsExportPort")
     ]
-    return {"replicas": replicas, "metrics_urls": metrics_urls}
 
 
 @serve.deployment
@@ -62,6 +80,7 @@ class RealtimeIngress:
         self._model_name = model_name
         self._sessions: set[RealtimeSession] = set()
         self._metrics = IngressMetrics()
+        self._app_status = _AppStatus(config.shutdown_poll_s)
         self._directory: asyncio.Task[ScopeDirectory] | None = None
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
@@ -79,9 +98,12 @@ class RealtimeIngress:
     @api.get("/stats")
     async def stats(self) -> JSONResponse:
         """For load tests and dashboards: this replica's sessions, the application's running
-        replicas per deployment, and where Ray exports the Prometheus metrics.
-        Costs a Serve status call (~50 ms of CPU): poll it every few seconds, not faster."""
-        return JSONResponse({"sessions": len(self._sessions), **await asyncio.to_thread(_cluster_view)})
+        replicas per deployment (as of up to ``shutdown_poll_s`` ago), and where Ray exports
+        the Prometheus metrics."""
+        app = await self._app_status.get()
+        replicas = {name: d.replica_states.get("RUNNING", 0) for name, d in (app.deployments if app else {}).items()}
+        metrics_urls = await asyncio.to_thread(_metrics_urls)
+        return JSONResponse({"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls})
 
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
@@ -136,11 +158,9 @@ class RealtimeIngress:
             self._shutdown_watch = asyncio.ensure_future(self._shutdown_watch_loop())
 
     async def _shutdown_watch_loop(self) -> None:
-        app_name = serve.get_replica_context().app_name
         while self._sessions and not self._closing:
             await asyncio.sleep(self._config.shutdown_poll_s)
-            status = await asyncio.to_thread(serve.status)
-            app = status.applications.get(app_name)
+            app = await self._app_status.get()
             if app is None or app.status == "DELETING":
                 await self._close_all()
 
@@ -155,4 +175,3 @@ class RealtimeIngress:
         await self._close_all()
         if self._directory is not None and self._directory.done() and not self._directory.exception():
             await self._directory.result().shutdown()
-

@@ -15,6 +15,7 @@ from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
 from openai.types.realtime.realtime_error import RealtimeError
 from pydantic import ValidationError
 
+
 @functools.cache
 def _event_type(model: type[OpenAIModel]) -> str:
     """The literal ``type`` an event model declares (cached: it is read per audio delta)."""

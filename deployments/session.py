@@ -302,7 +302,9 @@ class RealtimeSession:
             self._interrupt_response = requested.interrupt_response is not False
         else:
             raise ProtocolError(
-                "unsupported_value", f"turn_detection {requested.type!r} is not supported", "session.audio.input.turn_detection"
+                "unsupported_value",
+                f"turn_detection {requested.type!r} is not supported",
+                "session.audio.input.turn_detection",
             )
         self._restart_audio_input()
 
@@ -345,7 +347,9 @@ class RealtimeSession:
 
     async def _on_conversation_item_create(self, event: Any) -> None:
         item = event.item
-        if item.type != "message" or any(part.type not in ("input_text", "text", "output_text") for part in item.content):
+        if item.type != "message" or any(
+            part.type not in ("input_text", "text", "output_text") for part in item.content
+        ):
             raise ProtocolError("unsupported_value", "only text message items can be created", "item")
         text = " ".join(part.text or "" for part in item.content)
         added = Item(item.id or new_id("item"), item.role, text)
@@ -362,7 +366,9 @@ class RealtimeSession:
         played = item.spoken[-1][0] if item.spoken else 0
         if event.audio_end_ms > played:
             raise ProtocolError(
-                "invalid_value", f"audio_end_ms {event.audio_end_ms} is past the item's {played} ms of audio", "audio_end_ms"
+                "invalid_value",
+                f"audio_end_ms {event.audio_end_ms} is past the item's {played} ms of audio",
+                "audio_end_ms",
             )
         item.text, item.spoken = truncate_spoken(item.spoken, event.audio_end_ms)
         await self._emit(
@@ -453,7 +459,9 @@ class RealtimeSession:
             done = self._cancel_response("turn_detected") if self._interrupt_response else None
             await self._emit(
                 server_event(
-                    InputAudioBufferSpeechStartedEvent, audio_start_ms=event.audio_start_ms, item_id=self._speech_item_id
+                    InputAudioBufferSpeechStartedEvent,
+                    audio_start_ms=event.audio_start_ms,
+                    item_id=self._speech_item_id,
                 )
             )
             if done is not None:
@@ -463,7 +471,9 @@ class RealtimeSession:
         self._speech_item_id = None
         speculation, self._speculation = self._speculation, None
         utterance = self._buffer.take(event.end_sample)
-        await self._emit(server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id))
+        await self._emit(
+            server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id)
+        )
         if event.too_short:
             if speculation is not None:
                 speculation.cancel()
@@ -522,7 +532,9 @@ class RealtimeSession:
         finally:
             item.transcribed.set_result(None)
         await self._emit(
-            server_event(ConversationItemInputAudioTranscriptionDeltaEvent, item_id=item.id, content_index=0, delta=item.text)
+            server_event(
+                ConversationItemInputAudioTranscriptionDeltaEvent, item_id=item.id, content_index=0, delta=item.text
+            )
         )
         await self._emit(
             server_event(
@@ -591,7 +603,9 @@ class RealtimeSession:
         scope, gen = self._scope, run.generation
         common = {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
         try:
-            await self._emit_run(run, server_event(ResponseCreatedEvent, response=self._wire_response(run, "in_progress")), False)
+            await self._emit_run(
+                run, server_event(ResponseCreatedEvent, response=self._wire_response(run, "in_progress")), False
+            )
             if not run.speculative:
                 await self._release(run)
             messages = await prompt
@@ -735,7 +749,9 @@ async def _result(response: DeploymentResponse) -> Any:
 
 
 def _check_format(audio_format: Any, param: str) -> None:
-    if audio_format is not None and (audio_format.type not in (None, "audio/pcm") or audio_format.rate not in (None, REALTIME_RATE)):
+    if audio_format is not None and (
+        audio_format.type not in (None, "audio/pcm") or audio_format.rate not in (None, REALTIME_RATE)
+    ):
         raise ProtocolError("unsupported_value", "only audio/pcm at 24000 Hz is supported", param)
 
 

@@ -56,9 +56,7 @@ class StreamResampler:
     """Chunk-by-chunk resampling that keeps filter state across chunks (no seams)."""
 
     def __init__(self, from_rate: int, to_rate: int) -> None:
-        self._stream = (
-            None if from_rate == to_rate else soxr.ResampleStream(from_rate, to_rate, 1, dtype="float32")
-        )
+        self._stream = None if from_rate == to_rate else soxr.ResampleStream(from_rate, to_rate, 1, dtype="float32")
 
     def process(self, samples: np.ndarray) -> np.ndarray:
         if self._stream is None:

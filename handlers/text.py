@@ -21,7 +21,9 @@ _WORD_END = re.compile(r"\S+\s")
 class SpeechChunker:
     """Accumulates deltas and releases speakable chunks as soon as they are complete."""
 
-    def __init__(self, first_chunk_min_words: int = 3, first_chunk_max_words: int = FIRST_CHUNK_MAX_WORDS, max_chars: int = 300) -> None:
+    def __init__(
+        self, first_chunk_min_words: int = 3, first_chunk_max_words: int = FIRST_CHUNK_MAX_WORDS, max_chars: int = 300
+    ) -> None:
         self._buffer = ""
         self._first = True
         self._first_chunk_min_words = first_chunk_min_words

@@ -126,9 +126,7 @@ async def remote_call_us(scope: SessionScope) -> list[float]:
     return samples
 
 
-async def cancel_to_observed_ms(
-    scopes: list[SessionScope], worker: ActorHandle, cancelled: set[str]
-) -> list[float]:
+async def cancel_to_observed_ms(scopes: list[SessionScope], worker: ActorHandle, cancelled: set[str]) -> list[float]:
     """Cancels of random sessions, one at a time, as the worker process observes them."""
     samples: list[float] = []
     for _ in range(TRIALS):

@@ -110,7 +110,10 @@ async def bench_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
             await wait_for(log, lambda e: e.type == "response.done")
             voice_to_voice.append((first_audio - speech_end) * 1000)
             server_side.append((first_audio - stopped) * 1000)
-            print(f"turn {turn + 1:2d}: voice-to-voice {voice_to_voice[-1]:7.1f} ms, server {server_side[-1]:7.1f} ms", flush=True)
+            print(
+                f"turn {turn + 1:2d}: voice-to-voice {voice_to_voice[-1]:7.1f} ms, server {server_side[-1]:7.1f} ms",
+                flush=True,
+            )
         receiver.cancel()
     return {
         "turns": turns,
@@ -133,7 +136,7 @@ async def bench_barge_in(url: str, speaker: Speaker, rounds: int) -> dict[str, A
             _, first = await wait_for(log, lambda e: e.type == "response.output_audio.delta")
             old = first.response_id
             await speaker.say(connection, "Stop, please.", trailing_silence_s=0.3)
-            done_at, done = await wait_for(log, lambda e: e.type == "response.done" and e.response.id == old)
+            done_at, done = await wait_for(log, lambda e, old=old: e.type == "response.done" and e.response.id == old)
             started_at = [s for s, e in log if e.type == "input_audio_buffer.speech_started"][1]
             old_deltas = [s for s, e in log if e.type == "response.output_audio.delta" and e.response_id == old]
             late = [s for s in old_deltas if s > started_at]
@@ -141,8 +144,11 @@ async def bench_barge_in(url: str, speaker: Speaker, rounds: int) -> dict[str, A
             tail.append(max(0.0, (max(old_deltas) - started_at) * 1000))
             to_done.append((done_at - started_at) * 1000)
             assert done.response.status == "cancelled"
-            print(f"barge-in {round_ + 1:2d}: last old audio {tail[-1]:6.2f} ms after speech_started, "
-                  f"response.done after {to_done[-1]:6.2f} ms", flush=True)
+            print(
+                f"barge-in {round_ + 1:2d}: last old audio {tail[-1]:6.2f} ms after speech_started, "
+                f"response.done after {to_done[-1]:6.2f} ms",
+                flush=True,
+            )
             receiver.cancel()
     return {
         "barge_in_rounds": rounds,

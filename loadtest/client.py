@@ -251,9 +251,9 @@ class Session:
                 turn.response = response
                 turn.answered.set()
         elif kind == "response.output_audio_transcript.done":
-            response = self._responses.get(event.get("response_id", ""))
-            if response is not None:
-                response.transcript = event.get("transcript", "")
+            answered = self._responses.get(event.get("response_id", ""))
+            if answered is not None:
+                answered.transcript = event.get("transcript", "")
         elif kind == "response.done":
             self._on_done(event["response"], now)
         elif kind == "error":

@@ -63,7 +63,8 @@ def spoken_prompts() -> PromptSet:
     """Capital questions spoken by Piper (synthesised once into the cache folder)."""
     folder = cache_dir() / "loadtest-prompts"
     folder.mkdir(parents=True, exist_ok=True)
-    prompts, marks = [], []
+    prompts: list[Prompt] = []
+    marks: list[tuple[str, ...]] = []
     speaker = None
     for number, (country, city) in enumerate(CAPITALS):
         text = f"What is the capital of {country}?"
@@ -81,7 +82,9 @@ def spoken_prompts() -> PromptSet:
 
 def tone_prompts() -> PromptSet:
     prompts = [
-        Prompt(n, question_text(n), float_to_pcm16(resample(question_tone(n, TONE_SECONDS), SPEECH_RATE, REALTIME_RATE)))
+        Prompt(
+            n, question_text(n), float_to_pcm16(resample(question_tone(n, TONE_SECONDS), SPEECH_RATE, REALTIME_RATE))
+        )
         for n in range(TONE_QUESTIONS)
     ]
     return PromptSet("tones", prompts, [])

@@ -84,7 +84,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "interrupts_too_late": sum(
             t.interruption is not None and t.response is not None and t.response.status == "completed" for t in turns
         ),
-        "stale_bytes": sum(r.stale_bytes for r in responses) + sum(l.unattributed_stale_bytes for l in result.logs),
+        "stale_bytes": sum(r.stale_bytes for r in responses) + sum(log.unattributed_stale_bytes for log in result.logs),
         "leaks": sum(_leaked(log_turns, prompts) for log_turns in (log.turns for log in result.logs)),
         "cut_short": sum(_cut_short(t, result.calibrated_words) for t in turns),
         "no_response": sum(t.response is None for t in turns),
@@ -98,7 +98,9 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "config": asdict(result.config),
         "server_info": {"model": result.model, "prompts": prompts.name, "url": result.config.url},
         "duration_s": round(duration, 2),
-        "completed_turns_per_s": round(counts["completed"] / duration, 3) if duration else 0.0,
+        "completed_turns_per_s": round(sum(r.status == "completed" for r in responses) / duration, 3)
+        if duration
+        else 0.0,
         "counts": counts,
         "latency_ms": {name: _percentiles(values) for name, values in sorted(samples.items())},
         "calibrated_words": result.calibrated_words,
@@ -108,7 +110,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
-    stats = {"count": len(values)}
+    stats: dict[str, float] = {"count": len(values)}
     stats.update({f"p{p}": round(float(np.percentile(values, p)), 1) for p in PERCENTILES})
     return stats
 

@@ -78,7 +78,8 @@ async def run_load(config: LoadConfig) -> LoadResult:
     rng = random.Random(config.seed)
     orders = [rng.sample(range(len(prompts.prompts)), len(prompts.prompts)) for _ in range(config.sessions)]
     asked = list(dict.fromkeys(order[t % len(order)] for t in range(config.turns + 1) for order in orders))
-    calibrated, answering_s = ({}, {})
+    calibrated: dict[int, int] = {}
+    answering_s: dict[int, float] = {}
     if config.calibrate:
         calibrated, answering_s = await _calibrate(config.url, prompts, asked[:CALIBRATED_QUESTIONS])
         _fill_with_median(calibrated, asked)

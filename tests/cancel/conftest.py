@@ -11,9 +11,7 @@ from cancel import ScopeDirectory, ScopePlacementConfig
 
 
 @pytest.fixture(params=["shared", "dedicated"])
-async def directory(
-    request: pytest.FixtureRequest, ray_local: None
-) -> AsyncIterator[ScopeDirectory]:
+async def directory(request: pytest.FixtureRequest, ray_local: None) -> AsyncIterator[ScopeDirectory]:
     directory = await ScopeDirectory.create(ScopePlacementConfig(mode=request.param))
     yield directory
     await directory.shutdown()

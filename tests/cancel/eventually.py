@@ -7,9 +7,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def eventually(
-    probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], timeout_s: float = 20.0
-) -> T:
+async def eventually(probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], timeout_s: float = 20.0) -> T:
     """Re-run ``probe`` until ``accept`` holds for its result; fail after ``timeout_s``."""
     async with asyncio.timeout(timeout_s):
         while not accept(result := await probe()):

@@ -22,9 +22,7 @@ async def test_cancel_is_observed_by_a_worker_in_another_process(
 ) -> None:
     cancelled, bystander = await asyncio.gather(directory.open_session(), directory.open_session())
     gen = cancelled.generation
-    fresh = await worker.watch.remote(
-        {"cancelled": cancelled.ticket(), "bystander": bystander.ticket()}
-    )
+    fresh = await worker.watch.remote({"cancelled": cancelled.ticket(), "bystander": bystander.ticket()})
     assert fresh == {"cancelled": False, "bystander": False}
     generating = worker.generate.remote("cancelled", 0.001)
 
@@ -45,9 +43,7 @@ async def test_ticket_for_a_superseded_generation_is_stale_from_birth(
     assert await worker.watch.remote({"new": scope.ticket()}) == {"new": False}
 
 
-async def test_ticket_ahead_of_the_host_stays_fresh(
-    shared_directory: ScopeDirectory, worker: ActorHandle
-) -> None:
+async def test_ticket_ahead_of_the_host_stays_fresh(shared_directory: ScopeDirectory, worker: ActorHandle) -> None:
     """A ticket issued before its cancel reached the host must not read as stale meanwhile."""
     scope = await shared_directory.open_session()
     for _ in range(3):
@@ -61,9 +57,7 @@ async def test_ticket_ahead_of_the_host_stays_fresh(
         await worker.release.remote(["now"])
 
 
-async def test_session_watched_later_joins_the_pending_poll(
-    ray_local: None, worker: ActorHandle
-) -> None:
+async def test_session_watched_later_joins_the_pending_poll(ray_local: None, worker: ActorHandle) -> None:
     directory = await ScopeDirectory.create(ScopePlacementConfig(num_hosts=1))
     first, later = await asyncio.gather(directory.open_session(), directory.open_session())
     await worker.watch.remote({"first": first.ticket()})
@@ -78,9 +72,7 @@ async def test_session_watched_later_joins_the_pending_poll(
     await directory.shutdown()
 
 
-async def test_many_sessions_share_one_poll_per_host(
-    shared_directory: ScopeDirectory, worker: ActorHandle
-) -> None:
+async def test_many_sessions_share_one_poll_per_host(shared_directory: ScopeDirectory, worker: ActorHandle) -> None:
     scopes = await asyncio.gather(*(shared_directory.open_session() for _ in range(200)))
     hosts = {scope.host for scope in scopes}
     assert len(hosts) == 2
@@ -103,9 +95,7 @@ async def test_many_sessions_share_one_poll_per_host(
     assert (await worker.cache_stats.remote())["host_polls"] == 2
 
 
-async def test_closing_a_session_stops_its_work(
-    directory: ScopeDirectory, worker: ActorHandle
-) -> None:
+async def test_closing_a_session_stops_its_work(directory: ScopeDirectory, worker: ActorHandle) -> None:
     scope = await directory.open_session()
     await worker.watch.remote({"r": scope.ticket()})
     observed = worker.observe.remote("r")
@@ -129,9 +119,7 @@ async def test_a_session_watched_late_sees_a_cancel_its_poll_read_before(
     assert await worker.watch.remote({"late": issued}) == {"late": True}
 
 
-async def test_killed_hosts_stop_no_work_and_sessions_recover(
-    directory: ScopeDirectory, worker: ActorHandle
-) -> None:
+async def test_killed_hosts_stop_no_work_and_sessions_recover(directory: ScopeDirectory, worker: ActorHandle) -> None:
     cancelled, idle = await asyncio.gather(directory.open_session(), directory.open_session())
     hosts = {cancelled.host, idle.host}
     old_epochs = {(await host.stats.remote())["epoch"] for host in hosts}
@@ -158,9 +146,7 @@ async def test_killed_hosts_stop_no_work_and_sessions_recover(
     assert await worker.watch.remote({"after": cancelled.ticket()}) == {"after": False}
 
 
-async def test_host_dead_for_good_ends_its_sessions_work(
-    directory: ScopeDirectory, worker: ActorHandle
-) -> None:
+async def test_host_dead_for_good_ends_its_sessions_work(directory: ScopeDirectory, worker: ActorHandle) -> None:
     """Only the writer that owns a host kills it for good (or dies with it): its sessions are over."""
     scope = await directory.open_session()
     await worker.watch.remote({"r": scope.ticket()})
@@ -173,9 +159,7 @@ async def test_host_dead_for_good_ends_its_sessions_work(
         await scope.flush()
 
 
-async def test_nothing_is_left_after_sessions_close(
-    directory: ScopeDirectory, worker: ActorHandle
-) -> None:
+async def test_nothing_is_left_after_sessions_close(directory: ScopeDirectory, worker: ActorHandle) -> None:
     scopes = await asyncio.gather(*(directory.open_session() for _ in range(4)))
     hosts = set(directory.hosts)
     await worker.watch.remote({s.session_id: s.ticket() for s in scopes})

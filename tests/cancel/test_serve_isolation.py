@@ -49,13 +49,9 @@ async def follower(serve_port: int) -> AsyncIterator[DeploymentHandle]:
 
 
 @pytest.mark.parametrize("round_", range(3))
-async def test_a_request_cancelled_by_serve_leaves_other_views_fresh(
-    follower: DeploymentHandle, round_: int
-) -> None:
+async def test_a_request_cancelled_by_serve_leaves_other_views_fresh(follower: DeploymentHandle, round_: int) -> None:
     directory = await ScopeDirectory.create(ScopePlacementConfig(num_hosts=1))
-    victim, cancelled, *bystanders = await asyncio.gather(
-        *(directory.open_session() for _ in range(5))
-    )
+    victim, cancelled, *bystanders = await asyncio.gather(*(directory.open_session() for _ in range(5)))
     streams = {}
     # The victim's request is the first to watch the host, so on a fresh replica it is the
     # request that starts the replica's poll of that host.

@@ -38,9 +38,7 @@ async def test_session_ids_are_unguessable_and_sharded_over_the_pool(
     assert all(len(scope.session_id) >= 22 for scope in scopes)  # 128 random bits
     assert {scope.host for scope in scopes} == set(shared_directory.hosts)
     counts = [(await host.stats.remote())["sessions"] for host in shared_directory.hosts]
-    assert sorted(counts) == sorted(
-        sum(scope.host == host for scope in scopes) for host in shared_directory.hosts
-    )
+    assert sorted(counts) == sorted(sum(scope.host == host for scope in scopes) for host in shared_directory.hosts)
 
 
 async def test_dedicated_placement_gives_each_session_its_own_host(ray_local: None) -> None:

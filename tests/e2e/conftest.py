@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 from ray import serve
+from realtime_client import APP_NAME, MAX_SESSIONS, open_client
 
 from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
-from realtime_client import APP_NAME, MAX_SESSIONS, open_client
 
 
 @pytest.fixture(scope="session")

@@ -38,9 +38,7 @@ async def speaking(client: Client) -> str:
 
 async def answer(client: Client, response_id: str | None = None) -> tuple[str, int, float]:
     """Wait for a response's end: its status, the words of its transcript, its audio seconds."""
-    done = await client.until(
-        lambda e: e.type == "response.done" and response_id in (None, e.response.id)
-    )
+    done = await client.until(lambda e: e.type == "response.done" and response_id in (None, e.response.id))
     transcripts = client.of_type("response.output_audio_transcript.done", done.response.id)
     words = len(transcripts[0].transcript.split()) if transcripts else 0
     seconds = len(audio_of(client, done.response.id)) / (2 * REALTIME_RATE)
@@ -92,9 +90,7 @@ async def test_a_cancel_cuts_no_other_sessions_answer(
         status, _, _ = await answer(victim, cancelled_id)
         assert status == "cancelled"
 
-        results = await asyncio.gather(
-            *(answer(client, id_) for client, id_ in zip(bystanders, ids, strict=True))
-        )
+        results = await asyncio.gather(*(answer(client, id_) for client, id_ in zip(bystanders, ids, strict=True)))
         if how == "barge-in":  # and the victim's new question is answered
             assert (await answer(victim))[0] == "completed"
     for story, result in zip(bystanders.values(), results, strict=True):

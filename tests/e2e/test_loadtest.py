@@ -55,7 +55,9 @@ async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, 
 
 async def test_real_models_two_interrupting_sessions(realtime_url: str, tmp_path: Path) -> None:
     url = f"{realtime_url}/realtime"
-    config = LoadConfig(url, 2, 3, interrupt_rate=0.4, cancel_rate=0.3, ramp_s=0, duration_s=None, seed=3, calibrate=False)
+    config = LoadConfig(
+        url, 2, 3, interrupt_rate=0.4, cancel_rate=0.3, ramp_s=0, duration_s=None, seed=3, calibrate=False
+    )
     summary = write(await run_load(config), tmp_path / "real.json")
 
     counts = summary["counts"]

@@ -8,9 +8,9 @@ import urllib.request
 import jiwer
 import websockets
 from ray import serve
+from realtime_client import APP_NAME, MAX_SESSIONS, audio_of
 
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
-from realtime_client import APP_NAME, MAX_SESSIONS, audio_of
 
 LONG_QUESTION = "Tell me a long story about a brave knight and a dragon."
 
@@ -77,7 +77,9 @@ async def test_barge_in_cancels_and_answers_the_new_question(connect, pcm24k) ->
     assert not [e for e in after_cancel if getattr(e, "response_id", None) == first.response_id]
     speech_started = [i for i, e in enumerate(client.events) if e.type == "input_audio_buffer.speech_started"]
     old_deltas = [
-        i for i, e in enumerate(client.events) if e.type == "response.output_audio.delta" and e.response_id == first.response_id
+        i
+        for i, e in enumerate(client.events)
+        if e.type == "response.output_audio.delta" and e.response_id == first.response_id
     ]
     assert max(old_deltas) < speech_started[1], "old audio after the barge-in's speech_started"
     assert answered.response.status == "completed"
@@ -135,7 +137,10 @@ async def test_create_response_false_truncate_and_clear(connect, pcm24k) -> None
     async with connect() as client:
         ws = client.connection
         await ws.session.update(
-            session={"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}}
+            session={
+                "type": "realtime",
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}},
+            }
         )
         await client.until(lambda e: e.type == "session.updated")
         await client.send_audio(pcm24k("What is the capital of France?"))

@@ -69,7 +69,7 @@ def test_tts_speech_transcribes_back_to_its_text(tts: TextToSpeech, stt: SpeechT
 async def test_llm_stops_when_stale_and_leaves_no_request(llm: LanguageModel) -> None:
     stale = False
     deltas = []
-    async for delta in llm.stream([{"role": "user", "content": "Count from one to fifty in words."}], lambda: stale):
+    async for delta in llm.stream([{"role": "user", "content": "Count from one to fifty in words."}], lambda: stale):  # noqa: B023 (reads the flag the loop sets)
         deltas.append(delta)
         if len(deltas) == 3:
             stale = True
@@ -88,7 +88,7 @@ def test_tts_produces_nothing_after_stale_flip(tts: TextToSpeech) -> None:
     text = "One sentence here. Another sentence there. A third one follows. And a fourth."
     stale = False
     produced = []
-    for chunk in tts.synthesize(text, lambda: stale):
+    for chunk in tts.synthesize(text, lambda: stale):  # noqa: B023 (reads the flag the loop sets)
         produced.append(chunk)
         stale = True
     assert len(produced) == 1

@@ -23,9 +23,7 @@ URL = "ws://127.0.0.1:1/v1/realtime"
         (["--url", URL, "--sessions", "two", "--out", "r.json"], "invalid"),
     ],
 )
-def test_bad_arguments_get_a_clear_message(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_arguments_get_a_clear_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     assert exit_info.value.code == 2
