@@ -52,6 +52,8 @@ def server_view(deltas: dict[str, float]) -> dict[str, Any]:
         name, labels = _split(key)
         name = name.removeprefix("ray_")
         if name.startswith("serve_deployment_request_counter"):
+            if not value:  # a replica of an earlier run, or one that served nothing
+                continue
             replicas = per_replica.setdefault(labels.get("deployment", "?"), {})
             replicas[labels.get("replica", "?")] = replicas.get(labels.get("replica", "?"), 0) + value
         elif name.endswith("_bucket"):

@@ -47,6 +47,8 @@ class PromptSet:
 
     def __init__(self, name: str, prompts: list[Prompt], marks: list[tuple[str, ...]]) -> None:
         self.name = name
+        self.history_free = name == "tones"
+        """Whether an answer is the same whatever came before it in the conversation."""
         self.prompts = prompts
         self._marks = marks
 

@@ -5,7 +5,9 @@ Correctness counters, each of which must be zero in a healthy run:
   ``response.created``);
 - ``leaks``: answers that name a question their session never asked (another session's);
 - ``cut_short``: answers reported ``completed`` with fewer than ``CUT_SHORT`` of the words the
-  same question got when answered alone, which no cancel of their own explains;
+  same question got when answered alone, which no cancel of their own explains. Only answers
+  that the calibration can stand for are compared: every scripted (tone) answer, and the first
+  turn of a session with a real model (later turns have a history, which changes the answer);
 - ``no_response``, ``done_without_created``, ``timeouts``, ``disconnects``, ``errors``.
 
 ``interrupts_too_late`` counts interruptions that reached the server after its answer had
@@ -86,7 +88,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         ),
         "stale_bytes": sum(r.stale_bytes for r in responses) + sum(log.unattributed_stale_bytes for log in result.logs),
         "leaks": sum(_leaked(log_turns, prompts) for log_turns in (log.turns for log in result.logs)),
-        "cut_short": sum(_cut_short(t, result.calibrated_words) for t in turns),
+        "cut_short": sum(_cut_short(t, result.calibrated_words, prompts) for t in turns),
         "no_response": sum(t.response is None for t in turns),
         "done_without_created": sum(log.done_without_created for log in result.logs),
         "timeouts": sum(t.timed_out for t in turns),
@@ -127,10 +129,11 @@ def _leaked(turns: list[Turn], prompts: PromptSet) -> int:
     return leaks
 
 
-def _cut_short(turn: Turn, calibrated: dict[int, int]) -> bool:
+def _cut_short(turn: Turn, calibrated: dict[int, int], prompts: PromptSet) -> bool:
     response = turn.response
     expected = calibrated.get(turn.prompt.number)
-    if response is None or response.status != "completed" or not expected:
+    comparable = prompts.history_free or turn.index == 0
+    if response is None or response.status != "completed" or not expected or not comparable:
         return False
     return len(response.transcript.split()) < CUT_SHORT * expected
 
