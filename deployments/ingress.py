@@ -46,7 +46,8 @@ class _AppStatus:
         now = asyncio.get_running_loop().time()
         if self._fetching is None or (self._fetching.done() and now - self._fetched_at >= self._max_age_s):
             self._fetched_at = now
-            self._fetching = asyncio.ensure_future(asyncio.to_thread(_fetch_app_status))
+            # Shared by every caller, so owned by none: a cancelled request must not fail it.
+            self._fetching = spawn_detached(asyncio.to_thread(_fetch_app_status))
         return await asyncio.shield(self._fetching)
 
 
@@ -155,7 +156,7 @@ class RealtimeIngress:
         never ends by itself; so while sessions are open the ingress watches its
         application's status and, once it is being deleted, closes them itself."""
         if self._shutdown_watch is None or self._shutdown_watch.done():
-            self._shutdown_watch = asyncio.ensure_future(self._shutdown_watch_loop())
+            self._shutdown_watch = spawn_detached(self._shutdown_watch_loop())
 
     async def _shutdown_watch_loop(self) -> None:
         while self._sessions and not self._closing:

@@ -2,10 +2,10 @@
 
 Each holds one model (or, given a ``SyntheticConfig``, its synthetic stand-in from
 ``handlers.synthetic``, for load-testing the serving layer) and nothing per session: VAD
-state travels with each call, and the LLM and TTS replicas watch the session's cancel scope through this process's
-:class:`cancel.ScopeCache` only for the life of a request. CPU-bound model calls run in a
-thread so the replica's event loop (which also carries the scope cache's long-polls) stays
-responsive.
+state travels with each call, and the LLM and TTS replicas watch the session's cancel
+scope through this process's :class:`cancel.ScopeCache` only for the life of a request.
+CPU-bound model calls run in a thread so the replica's event loop (which also carries the
+scope cache's long-polls) stays responsive.
 """
 
 import asyncio
