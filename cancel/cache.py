@@ -139,9 +139,7 @@ class _HostPoll:
         self.task = spawn_detached(self._run())
 
     def add(self, entry: _Entry) -> None:
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
+        self._stop_lingering()
         self.entries[entry.session_id] = entry
         state = self.states.get(entry.session_id)
         if state is not None:
@@ -149,8 +147,13 @@ class _HostPoll:
 
     def discard(self, entry: _Entry) -> None:
         del self.entries[entry.session_id]
-        if not self.entries:
+        if not self.entries:  # (any earlier linger was stopped by the add since)
             self._linger = asyncio.get_running_loop().call_later(self._cache.linger_s, self.stop_if_idle)
+
+    def _stop_lingering(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
 
     def stop_if_idle(self) -> None:
         """End the poll if no view needs it; a later watch of the host starts a new one."""
