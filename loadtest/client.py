@@ -115,6 +115,11 @@ class Session:
         self._created = asyncio.Event()
         self._leaving = False
 
+    @classmethod
+    def uninterrupted(cls, url: str, prompts: PromptSet, order: list[int]) -> "Session":
+        """A session that only asks (probe and calibration): no interruptions, no progress."""
+        return cls(0, url, prompts, order, random.Random(), 0.0, 0.0, lambda _: None)
+
     async def run(self, turns: int, deadline: float) -> SessionLog:
         try:
             async with websockets.connect(f"{self._url}?model=s2s", max_size=None) as ws:

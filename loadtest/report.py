@@ -74,11 +74,12 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         for code, count in log.errors.items():
             errors[code] = errors.get(code, 0) + count
     responses = [turn.response for turn in turns if turn.response is not None]
+    completed = sum(r.status == "completed" for r in responses)
     counts = {
         "sessions": len(result.logs),
         "turns": len(turns),
         "responses": len(responses),
-        "completed": sum(r.status == "completed" for r in responses),
+        "completed": completed,
         "cancelled": sum(r.status == "cancelled" for r in responses),
         "failed": sum(r.status == "failed" for r in responses),
         "barge_ins": sum(t.interruption == "barge-in" for t in turns),
@@ -100,9 +101,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "config": asdict(result.config),
         "server_info": {"model": result.model, "prompts": prompts.name, "url": result.config.url},
         "duration_s": round(duration, 2),
-        "completed_turns_per_s": round(sum(r.status == "completed" for r in responses) / duration, 3)
-        if duration
-        else 0.0,
+        "completed_turns_per_s": round(completed / duration, 3) if duration else 0.0,
         "counts": counts,
         "latency_ms": {name: _percentiles(values) for name, values in sorted(samples.items())},
         "calibrated_words": result.calibrated_words,

@@ -71,7 +71,7 @@ def server_stats(url: str) -> dict[str, Any] | None:
 
 
 async def run_load(config: LoadConfig) -> LoadResult:
-    probe = await Session(0, config.url, PromptSet("none", [], []), [], random.Random(), 0, 0, lambda _: None).run(0, 0)
+    probe = await Session.uninterrupted(config.url, PromptSet("none", [], []), []).run(0, 0)
     if probe.disconnected and probe.model is None:
         raise ConnectionError(f"no Realtime server answers at {config.url}")
     prompts = prompts_for(probe.model or "")
@@ -129,7 +129,7 @@ async def _calibrate(url: str, prompts: PromptSet, numbers: list[int]) -> tuple[
     words: dict[int, int] = {}
     answering_s: dict[int, float] = {}
     for number in tqdm(numbers, desc="calibrating", unit="question", disable=None):
-        log = await Session(0, url, prompts, [number], random.Random(), 0, 0, lambda _: None).run(1, float("inf"))
+        log = await Session.uninterrupted(url, prompts, [number]).run(1, float("inf"))
         response = log.turns[0].response if log.turns else None
         if response is not None and response.status == "completed" and response.first_audio_at and response.done_at:
             words[number] = len(response.transcript.split())
