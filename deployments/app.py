@@ -4,9 +4,9 @@ config file / KubeRay ``serveConfigV2``, with the :class:`AppConfig` as ``args``
 from pathlib import PurePath
 from typing import Any
 
-from ray.serve import Application
+from ray.serve import Application, Deployment
 
-from deployments.config import AppConfig
+from deployments.config import AppConfig, DeploymentOptions
 from deployments.ingress import RealtimeIngress
 from deployments.models import LLM, STT, TTS, VAD
 
@@ -14,14 +14,20 @@ from deployments.models import LLM, STT, TTS, VAD
 def build_app(args: dict[str, Any] | None = None) -> Application:
     config = AppConfig.model_validate(args or {})
     synthetic = config.synthetic
-    return RealtimeIngress.options(**config.ingress.deployment.serve_options()).bind(
-        VAD.options(**config.vad.deployment.serve_options()).bind(synthetic),
-        STT.options(**config.stt.deployment.serve_options()).bind(config.stt.handler, synthetic),
-        LLM.options(**config.llm.deployment.serve_options()).bind(config.llm.handler, synthetic),
-        TTS.options(**config.tts.deployment.serve_options()).bind(config.tts.handler, synthetic),
+    return _configured(RealtimeIngress, config.ingress.deployment).bind(
+        _configured(VAD, config.vad.deployment).bind(synthetic),
+        _configured(STT, config.stt.deployment).bind(config.stt.handler, synthetic),
+        _configured(LLM, config.llm.deployment).bind(config.llm.handler, synthetic),
+        _configured(TTS, config.tts.deployment).bind(config.tts.handler, synthetic),
         config.ingress,
         _model_name(config),
     )
+
+
+def _configured(deployment: Any, options: DeploymentOptions) -> Deployment:
+    """``deployment`` (a ``@serve.deployment`` class, which type checkers see as the class)
+    with the profile's options."""
+    return deployment.options(**options.serve_options())  # type: ignore[no-any-return]
 
 
 def _model_name(config: AppConfig) -> str:

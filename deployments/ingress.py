@@ -6,6 +6,7 @@ and graceful shutdown (stop accepting, end responses, close every socket with 10
 """
 
 import asyncio
+import contextlib
 import logging
 
 import ray
@@ -14,17 +15,18 @@ from fastapi.responses import JSONResponse
 from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
-from ray.serve.schema import ApplicationStatusOverview
+from ray.serve.schema import ApplicationStatusOverview, ReplicaState
 
 from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
-from deployments.protocol import ProtocolError, encode, error_event
-from deployments.session import RealtimeSession, Stages
+from deployments.realtime import RealtimeSession, ServeStages
+from deployments.realtime.protocol import ProtocolError, encode, error_event
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CLOSE_GOING_AWAY = 1001
+CLOSE_INTERNAL_ERROR = 1011
 CLOSE_TRY_AGAIN_LATER = 1013
 
 api = FastAPI(title="s2s-serve realtime ingress")
@@ -76,10 +78,12 @@ class RealtimeIngress:
         config: IngressConfig,
         model_name: str,
     ) -> None:
-        self._stages = Stages(vad, stt, llm, tts)
+        self._stages = ServeStages(vad, stt, llm, tts)
         self._config = config
         self._model_name = model_name
         self._sessions: set[RealtimeSession] = set()
+        self._admitted = 0
+        """Sessions counted against the cap: from admission (before any await) to the end."""
         self._metrics = IngressMetrics()
         self._app_status = _AppStatus(config.shutdown_poll_s)
         self._directory: asyncio.Task[ScopeDirectory] | None = None
@@ -88,7 +92,7 @@ class RealtimeIngress:
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
-        directory = self._directory.result() if self._directory is not None and self._directory.done() else None
+        directory = self._built_directory()
         body = {
             "ok": not self._closing,
             "sessions": len(self._sessions),
@@ -96,13 +100,25 @@ class RealtimeIngress:
         }
         return JSONResponse(body, status_code=503 if self._closing else 200)
 
+    async def check_health(self) -> None:
+        """Serve replaces this replica if it cannot open cancel scopes for new sessions."""
+        if self._directory_failed():
+            raise RuntimeError("the cancel-scope directory could not be created")
+
+    @api.get("/stats/turns")
+    async def turns(self) -> JSONResponse:
+        """Where the time of this replica's recent responses went, step by step, in ms from
+        the end of the user's turn (``deployments.realtime.timeline``); newest last."""
+        return JSONResponse(list(self._metrics.recent_turns))
+
     @api.get("/stats")
     async def stats(self) -> JSONResponse:
         """For load tests and dashboards: this replica's sessions, the application's running
         replicas per deployment (as of up to ``shutdown_poll_s`` ago), and where Ray exports
         the Prometheus metrics."""
         app = await self._app_status.get()
-        replicas = {name: d.replica_states.get("RUNNING", 0) for name, d in (app.deployments if app else {}).items()}
+        deployments = app.deployments if app else {}
+        replicas = {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
         metrics_urls = await asyncio.to_thread(_metrics_urls)
         return JSONResponse({"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls})
 
@@ -114,14 +130,23 @@ class RealtimeIngress:
             await websocket.send_text(encode(refusal))
             await websocket.close(CLOSE_GOING_AWAY if self._closing else CLOSE_TRY_AGAIN_LATER, refusal.error.code)
             return
-        directory = await self._scope_directory()
+        self._admitted += 1  # counted before the first await: a burst cannot overrun the cap
+        try:
+            await self._serve(websocket)
+        finally:
+            self._admitted -= 1
+
+    async def _serve(self, websocket: WebSocket) -> None:
+        try:
+            scope = await (await self._scope_directory()).open_session()
+        except Exception:
+            logger.exception("no cancel scope for a new session")
+            error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
+            await websocket.send_text(encode(error_event(error, "server_error")))
+            await websocket.close(CLOSE_INTERNAL_ERROR, error.code)
+            return
         session = RealtimeSession(
-            websocket,
-            self._stages,
-            self._config,
-            directory.open_session(),
-            self._model_name,
-            SessionMetrics(self._metrics),
+            websocket, self._stages, self._config, scope, self._model_name, SessionMetrics(self._metrics)
         )
         self._sessions.add(session)
         self._metrics.active_sessions.set(len(self._sessions))
@@ -131,11 +156,13 @@ class RealtimeIngress:
         finally:
             self._sessions.discard(session)
             self._metrics.active_sessions.set(len(self._sessions))
+            with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
+                await scope.close()
 
     def _refusal(self) -> RealtimeErrorEvent | None:
         if self._closing:
             return error_event(ProtocolError("server_shutting_down", "the server is shutting down"), "server_error")
-        if len(self._sessions) >= self._config.max_sessions:
+        if self._admitted >= self._config.max_sessions:
             return error_event(
                 ProtocolError(
                     "session_limit_reached",
@@ -146,10 +173,21 @@ class RealtimeIngress:
         return None
 
     def _scope_directory(self) -> "asyncio.Task[ScopeDirectory]":
-        """Started with the first session, off every later session's critical path."""
-        if self._directory is None:  # shared by every session: owned by none of their requests
+        """Started with the first session, off every later session's critical path; a
+        creation that failed is tried again by the next session (and fails the health check
+        meanwhile)."""
+        # Shared by every session, so owned by none of their requests.
+        if self._directory is None or self._directory_failed():
             self._directory = spawn_detached(ScopeDirectory.create(self._config.scope))
         return self._directory
+
+    def _directory_failed(self) -> bool:
+        task = self._directory
+        return task is not None and task.done() and (task.cancelled() or task.exception() is not None)
+
+    def _built_directory(self) -> ScopeDirectory | None:
+        task = self._directory
+        return None if task is None or not task.done() or self._directory_failed() else task.result()
 
     def _watch_for_shutdown(self) -> None:
         """Serve drains a replica by waiting for its requests to end, and an open WebSocket
@@ -174,5 +212,5 @@ class RealtimeIngress:
 
     async def __del__(self) -> None:
         await self._close_all()
-        if self._directory is not None and self._directory.done() and not self._directory.exception():
-            await self._directory.result().shutdown()
+        if (directory := self._built_directory()) is not None:
+            await directory.shutdown()

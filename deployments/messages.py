@@ -8,8 +8,7 @@ that response is cancelled.
 from dataclasses import dataclass
 
 from cancel import ScopeTicket
-
-ChatMessage = dict[str, str]
+from handlers.llm import ChatMessage
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ sent, output dropped by the discard filter, errors by code.
 """
 
 import time
+from collections import deque
 from typing import Any
 
 from ray.serve import metrics
 
 LATENCY_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0]
+RECENT_TURNS = 256
 
 
 class IngressMetrics:
@@ -34,6 +36,8 @@ class IngressMetrics:
         self.cancels = metrics.Counter("s2s_cancels", "Responses cancelled, by reason.", tag_keys=("reason",))
         self.discarded = metrics.Counter("s2s_discarded_events", "Output events of cancelled responses dropped.")
         self.errors = metrics.Counter("s2s_errors", "Error events sent, by code.", tag_keys=("code",))
+        self.recent_turns: deque[dict[str, Any]] = deque(maxlen=RECENT_TURNS)
+        """Where each recent response's time went (``deployments.realtime.timeline``)."""
 
 
 class SessionMetrics:
@@ -52,7 +56,10 @@ class SessionMetrics:
         self._cancelled_at = time.monotonic()
         self._metrics.cancels.inc(tags={"reason": reason})
 
-    def dropped(self) -> None:
+    def response_ended(self, timeline: dict[str, Any]) -> None:
+        self._metrics.recent_turns.append(timeline)
+
+    def dropped(self, event: Any) -> None:
         self._metrics.discarded.inc()
 
     def sent(self, event: Any) -> None:

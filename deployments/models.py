@@ -74,7 +74,9 @@ class LLM:
         await self._model.check_health()
 
     def __del__(self) -> None:
-        self._model.shutdown()
+        model = getattr(self, "_model", None)  # absent when __init__ failed
+        if model is not None:
+            model.shutdown()
 
 
 @serve.deployment

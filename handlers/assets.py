@@ -8,7 +8,6 @@ the repository and re-used afterwards.
 Run ``python -m handlers.assets`` to prepare everything (``make run``/``make test`` do).
 """
 
-import logging
 import os
 import shutil
 import sys
@@ -16,8 +15,6 @@ import tempfile
 import time
 from importlib import metadata, resources
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

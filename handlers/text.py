@@ -6,6 +6,7 @@ model is still writing; later pieces are whole sentences, which synthesise with 
 prosody.
 """
 
+import itertools
 import re
 from collections.abc import Iterator
 
@@ -46,17 +47,24 @@ class SpeechChunker:
             yield chunk
 
     def _next_cut(self) -> int | None:
+        """The earliest cut any rule allows, so the pieces do not depend on how the text
+        was split into deltas."""
+        cuts = []
         if match := _SENTENCE_END.search(self._buffer):
-            return match.end()
+            cuts.append(match.end())
         if self._first:
-            for match in _CLAUSE_END.finditer(self._buffer):
-                if len(self._buffer[: match.start()].split()) >= self._first_chunk_min_words:
-                    return match.end()
+            clauses = (
+                match.end()
+                for match in _CLAUSE_END.finditer(self._buffer)
+                if len(self._buffer[: match.start()].split()) >= self._first_chunk_min_words
+            )
+            if (clause := next(clauses, None)) is not None:
+                cuts.append(clause)
             # A word is complete once whitespace follows it.
-            words = list(_WORD_END.finditer(self._buffer))
-            if len(words) >= self._first_chunk_max_words:
-                return words[self._first_chunk_max_words - 1].end()
+            words = list(itertools.islice(_WORD_END.finditer(self._buffer), self._first_chunk_max_words))
+            if len(words) == self._first_chunk_max_words:
+                cuts.append(words[-1].end())
         if len(self._buffer) > self._max_chars:
             space = self._buffer.rfind(" ", 0, self._max_chars)
-            return space + 1 if space > 0 else self._max_chars
-        return None
+            cuts.append(space + 1 if space > 0 else self._max_chars)
+        return min(cuts, default=None)

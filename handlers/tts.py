@@ -47,7 +47,7 @@ class TextToSpeech:
 
         if not text.strip():
             return
-        chunks = self._voice.synthesize(text, SynthesisConfig(length_scale=self.config.length_scale))
+        chunks = iter(self._voice.synthesize(text, SynthesisConfig(length_scale=self.config.length_scale)))
         # Checked before asking Piper for the next sentence (saves its compute) and after
         # (the flip may land while it synthesises).
         while not is_stale():

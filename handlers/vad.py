@@ -79,8 +79,9 @@ class SpeechStopped:
 
 @dataclass(frozen=True)
 class SpeechPaused:
-    """Silence began at ``sample``; it becomes a :class:`SpeechStopped` unless speech
-    resumes within ``silence_duration_ms``. Lets the caller start work speculatively."""
+    """Silence began: the utterance so far ends at ``sample``, exactly where the
+    :class:`SpeechStopped` it becomes (unless speech resumes within ``silence_duration_ms``)
+    will end it. Lets the caller start work speculatively on the same audio."""
 
     sample: int
 
@@ -115,7 +116,7 @@ class VoiceActivityDetector:
             elif boundary and "end" in boundary and state.speech_start is not None:
                 events.append(self._stop(state, boundary["end"]))
             elif state.speech_start is not None and was_paused != bool(iterator.temp_end):
-                events.append(SpeechPaused(iterator.temp_end) if iterator.temp_end else SpeechResumed())
+                events.append(SpeechPaused(_silero_end(iterator)) if iterator.temp_end else SpeechResumed())
         state.pending = audio[whole:].copy()
         self._save(state, iterator)
         return events
@@ -157,6 +158,12 @@ class VoiceActivityDetector:
         state.model_state = iterator.model._state.numpy()
         state.context = iterator.model._context.numpy()
         state.triggered, state.temp_end = iterator.triggered, iterator.temp_end
+
+
+def _silero_end(iterator: VADIterator) -> int:
+    """Where silero will end the utterance if this pause lasts: ``VADIterator.__call__``
+    ends it one window before the silence was first seen (speech padding is 0 here)."""
+    return int(iterator.temp_end + iterator.speech_pad_samples - CHUNK_SAMPLES)
 
 
 class UtteranceBuffer:

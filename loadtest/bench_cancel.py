@@ -141,7 +141,7 @@ async def cancel_to_observed_ms(scopes: list[SessionScope], worker: ActorHandle,
 
 async def bench_size(mode: Placement, sessions: int, runs: int, result: dict[str, Any]) -> None:
     directory = await ScopeDirectory.create(ScopePlacementConfig(mode=mode))
-    worker = BenchWorker.remote()
+    worker = BenchWorker.remote()  # type: ignore[attr-defined]
     before = memory_bytes(await host_pids(directory.hosts), mode)
     opened = time.perf_counter()
     scopes = await open_sessions(directory, sessions)

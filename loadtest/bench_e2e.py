@@ -7,6 +7,10 @@ microphone would:
 - voice to voice: end of the user's speech (when its last sample was sent) -> first
   ``response.output_audio.delta``. This includes the VAD's ``silence_duration_ms`` wait,
   which is reported too, as is the server's share (``speech_stopped`` -> first delta).
+- where the server's time went, per turn: the ingress's own timeline of each response
+  (``GET /stats/turns``: VAD lag, transcript, prompt, LLM first delta, first speakable
+  piece, TTS first audio, first audio queued, in ms from ``speech_stopped``; and whether
+  the answer started speculatively in the pause was adopted), as medians over the turns;
 - barge-in: the user speaks during an answer; ``speech_started`` -> the last audio delta
   of the old response to arrive (0 when none follows it), and -> its ``response.done``.
 
@@ -18,7 +22,9 @@ import asyncio
 import base64
 import json
 import socket
+import statistics
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +100,28 @@ async def wait_for(log: list[tuple[float, Any]], predicate: Any, timeout_s: floa
             await asyncio.sleep(0.01)
 
 
+def server_timelines(url: str, response_ids: list[str]) -> list[dict[str, Any]]:
+    """The ingress's timelines of these responses (``GET /stats/turns``)."""
+    stats_url = url.replace("ws://", "http://").replace("wss://", "https://").removesuffix("/v1") + "/stats/turns"
+    with urllib.request.urlopen(stats_url, timeout=10) as reply:
+        recent = {turn["response_id"]: turn for turn in json.load(reply)}
+    return [recent[r] for r in response_ids if r in recent]
+
+
+def breakdown(timelines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of each step over the turns, and how many answers were adopted from the pause."""
+    steps = sorted({key for t in timelines for key in t if key.endswith("_ms") and t[key] is not None})
+    medians = {
+        f"{step.removesuffix('_ms')}_ms_p50": round(
+            statistics.median(t[step] for t in timelines if t.get(step) is not None), 1
+        )
+        for step in steps
+    }
+    return {"adopted": sum(bool(t["adopted"]) for t in timelines), "of_turns": len(timelines)} | medians
+
+
 async def bench_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
-    voice_to_voice, server_side = [], []
+    voice_to_voice, server_side, response_ids = [], [], []
     sdk = AsyncOpenAI(api_key="unused", websocket_base_url=url)
     async with sdk.realtime.connect(model="s2s") as connection:
         log: list[tuple[float, Any]] = []
@@ -110,11 +136,15 @@ async def bench_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
             await wait_for(log, lambda e: e.type == "response.done")
             voice_to_voice.append((first_audio - speech_end) * 1000)
             server_side.append((first_audio - stopped) * 1000)
+            response_ids.append(delta.response_id)
             print(
                 f"turn {turn + 1:2d}: voice-to-voice {voice_to_voice[-1]:7.1f} ms, server {server_side[-1]:7.1f} ms",
                 flush=True,
             )
         receiver.cancel()
+    timelines = await asyncio.to_thread(server_timelines, url, response_ids)
+    for turn, timeline in enumerate(timelines):
+        print(f"turn {turn + 1:2d} server timeline: {json.dumps(timeline)}", flush=True)
     return {
         "turns": turns,
         "voice_to_voice_ms_p50": percentile(voice_to_voice, 50),
@@ -122,6 +152,7 @@ async def bench_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
         "speech_stopped_to_first_audio_ms_p50": percentile(server_side, 50),
         "speech_stopped_to_first_audio_ms_p95": percentile(server_side, 95),
         "silence_duration_ms": silence_ms,
+        "server_breakdown": breakdown(timelines),
     }
 
 

@@ -33,7 +33,7 @@ def bench_tts(tts: TextToSpeech, repeats: int = 3) -> tuple[dict, np.ndarray]:
     first_chunk, rtf = [], []
     for _ in range(repeats):
         started = time.perf_counter()
-        chunks = []
+        chunks: list[bytes] = []
         for chunk in tts.synthesize(SPEECH):
             if not chunks:
                 first_chunk.append((time.perf_counter() - started) * 1000)
@@ -78,6 +78,7 @@ async def bench_llm(llm: LanguageModel) -> dict:
         async for delta in llm.stream([{"role": "user", "content": prompt}]):
             first = first or time.perf_counter()
             reply += delta
+        assert first is not None, f"no reply to {prompt!r}"
         elapsed = time.perf_counter() - first
         ttft.append((first - started) * 1000)
         tokens = len(tokenizer.encode(reply, add_special_tokens=False))

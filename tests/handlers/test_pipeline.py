@@ -120,6 +120,17 @@ def test_vad_too_short_utterance_has_no_audio(vad: VoiceActivityDetector, speak)
     assert events[2][0].too_short and events[2][1] is None
 
 
+def test_vad_pause_ends_the_utterance_where_its_stop_does(vad: VoiceActivityDetector, speak) -> None:
+    """The speculative transcript (of the pause's audio) is reused for the committed
+    utterance (up to the stop): both must cover the same samples (review D10)."""
+    session = VADSession(vad)
+    events = [e for e, _ in session.feed(speak("What is the capital of France?", silence_s=1.0))]
+    paused = [e for e in events if isinstance(e, SpeechPaused)]
+    stopped = [e for e in events if isinstance(e, SpeechStopped)]
+    assert paused and len(stopped) == 1
+    assert paused[-1].sample == stopped[0].end_sample
+
+
 def test_vad_sessions_keep_separate_state(vad: VoiceActivityDetector, speak) -> None:
     audio = speak("Good morning to you.")
     first, second = VADSession(vad), VADSession(vad)

@@ -23,6 +23,19 @@ def test_first_chunk_without_punctuation_is_cut_after_a_few_words() -> None:
     assert out == ["The capital of France is", "Paris.", "It is big and old."]
 
 
+@pytest.mark.parametrize("max_words", [3, 5, 20])
+def test_chunker_cuts_the_same_whatever_the_delta_sizes(max_words: int) -> None:
+    """The earliest cut of the three rules wins, so batched deltas start speaking as soon
+    as token-by-token ones (review D9)."""
+    text = "The capital of France is a lovely old city called Paris. It is big, and it is old. "
+    whole = SpeechChunker(first_chunk_max_words=max_words)
+    by_word = SpeechChunker(first_chunk_max_words=max_words)
+    at_once = [*whole.feed(text), *whole.flush()]
+    word_by_word = [piece for word in text.split(" ") for piece in by_word.feed(word + " ")]
+    assert at_once == [*word_by_word, *by_word.flush()]
+    assert len(at_once[0].split()) == min(max_words, 11)
+
+
 def test_chunker_flushes_unterminated_text_and_skips_empty() -> None:
     chunker = SpeechChunker()
     assert list(chunker.feed("no end here")) == []  # three words: under the early cut

@@ -2,10 +2,13 @@
 
 Only text is kept per item (plus, for assistant audio, which text each stretch of audio
 spoke), so history stays small and ``conversation.item.truncate`` can cut the text at the
-point the listener stopped hearing.
+point the listener stopped hearing. :class:`Conversation` does no I/O: the session and the
+responder tell it what happened.
 """
 
 import asyncio
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +29,8 @@ from openai.types.realtime.realtime_conversation_item_user_message import (
     RealtimeConversationItemUserMessage,
 )
 
+from handlers.llm import ChatMessage
+
 
 @dataclass
 class Item:
@@ -36,8 +41,31 @@ class Item:
     text: str = ""
     transcribed: asyncio.Future[None] | None = None
     """Set once STT has filled ``text`` (user audio items only)."""
-    spoken: list[tuple[int, str]] = field(default_factory=list)
+    spoken: list[tuple[float, str]] = field(default_factory=list)
     """Assistant audio: (end of the piece in ms of output audio, its text), for truncation."""
+    audio_ms: float = 0.0
+    """Assistant audio sent so far (ms); a piece cut by a cancel ends inside ``spoken``."""
+
+    def speak(self, text: str, audio_ms: float, continues_piece: bool) -> None:
+        """A piece's audio (or more of it) is about to be sent: its text joins the item."""
+        if continues_piece and self.spoken:
+            end, piece = self.spoken[-1]
+            self.spoken[-1] = (end + audio_ms, piece)
+            return
+        start = self.spoken[-1][0] if self.spoken else 0.0
+        self.spoken.append((start + audio_ms, text))
+        self.text += text
+
+    def heard_until(self, audio_end_ms: float) -> None:
+        """Keep only what was heard up to ``audio_end_ms`` (truncate; a cancel mid-piece)."""
+        self.text, self.spoken = truncate_spoken(self.spoken, audio_end_ms)
+        self.audio_ms = min(self.audio_ms, audio_end_ms)
+
+    @property
+    def audio_end_limit_ms(self) -> int:
+        """The latest ``audio_end_ms`` a client can truncate at: what it may have received.
+        Rounded up, as clients count the whole milliseconds they played."""
+        return math.ceil(self.audio_ms)
 
 
 def wire_item(item: Item, status: str = "completed") -> Any:
@@ -69,11 +97,11 @@ def wire_item(item: Item, status: str = "completed") -> Any:
     )
 
 
-def truncate_spoken(spoken: list[tuple[int, str]], audio_end_ms: int) -> tuple[str, list[tuple[int, str]]]:
+def truncate_spoken(spoken: list[tuple[float, str]], audio_end_ms: float) -> tuple[str, list[tuple[float, str]]]:
     """Keep the text the listener heard: whole pieces before ``audio_end_ms`` and the
     heard share of the words of the piece it falls in."""
-    kept: list[tuple[int, str]] = []
-    start = 0
+    kept: list[tuple[float, str]] = []
+    start = 0.0
     for end, text in spoken:
         if end <= audio_end_ms:
             kept.append((end, text))
@@ -85,3 +113,39 @@ def truncate_spoken(spoken: list[tuple[int, str]], audio_end_ms: int) -> tuple[s
             break
         start = end
     return "".join(text for _, text in kept), kept
+
+
+class Conversation:
+    """The items a prompt is made of, oldest first, at most ``max_items`` of them."""
+
+    def __init__(self, max_items: int) -> None:
+        self._max_items = max_items
+        self._items: list[Item] = []
+
+    @property
+    def items(self) -> Sequence[Item]:
+        return tuple(self._items)
+
+    @property
+    def last_id(self) -> str | None:
+        return self._items[-1].id if self._items else None
+
+    def add(self, item: Item) -> str | None:
+        """Append ``item``; return the id of the item it follows (``previous_item_id``)."""
+        previous = self.last_id
+        self._items.append(item)
+        del self._items[: max(0, len(self._items) - self._max_items)]
+        return previous
+
+    def find(self, item_id: str) -> Item | None:
+        return next((item for item in self._items if item.id == item_id), None)
+
+
+async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMessage]:
+    """``items`` as LLM messages, once every user utterance among them is transcribed."""
+    pending = [i.transcribed for i in items if i.transcribed is not None and not i.transcribed.done()]
+    if pending:
+        await asyncio.gather(*pending)
+    messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []
+    messages += [{"role": item.role, "content": item.text} for item in items if item.text]
+    return messages

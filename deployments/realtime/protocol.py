@@ -8,12 +8,18 @@ the parts of the session description the server controls.
 import functools
 import json
 import secrets
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
+from openai.types.realtime.realtime_audio_formats import AudioPCM
 from openai.types.realtime.realtime_error import RealtimeError
 from pydantic import ValidationError
+
+from handlers.audio import REALTIME_RATE
+
+AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
+"""The one audio format served, in and out: PCM16 mono at 24 kHz."""
 
 
 @functools.cache
@@ -40,7 +46,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(12)}"
 
 
-def parse_client_event(text: str | bytes) -> OpenAIModel:
+def parse_client_event(text: str | bytes) -> RealtimeClientEvent:
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -54,7 +60,7 @@ def parse_client_event(text: str | bytes) -> OpenAIModel:
             "invalid_event", f"unknown event type {data.get('type')!r}", param="type", event_id=client_event_id
         )
     try:
-        return model.model_validate(data)
+        return cast(RealtimeClientEvent, model.model_validate(data))
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"])
@@ -78,3 +84,11 @@ def server_event(model: type[OpenAIModel], **fields: Any) -> OpenAIModel:
 
 def encode(event: OpenAIModel) -> str:
     return event.model_dump_json(exclude_none=True)
+
+
+def check_format(audio_format: Any, param: str) -> None:
+    """Refuse an audio format other than the one served (``AUDIO_FORMAT``)."""
+    if audio_format is not None and (
+        audio_format.type not in (None, "audio/pcm") or audio_format.rate not in (None, REALTIME_RATE)
+    ):
+        raise ProtocolError("unsupported_value", "only audio/pcm at 24000 Hz is supported", param)

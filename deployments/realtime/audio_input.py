@@ -1,0 +1,178 @@
+"""The session's input audio: resampling, the utterance buffer and the VAD calls.
+
+Appended audio is resampled to 16 kHz and queued (bounded: a client sending faster than
+the VAD keeps up waits in its own receive loop). The VAD loop takes it into the utterance
+buffer and sends it to the VAD deployment in batches, one call in flight per session; each
+boundary the VAD reports comes out of :meth:`AudioInput.next_event` with the audio it
+closes. The loop never waits for anything else, so turn-taking (which awaits STT) can
+never stop listening (review D6).
+"""
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, pcm16_to_float
+from handlers.vad import (
+    SpeechPaused,
+    SpeechStarted,
+    SpeechStopped,
+    TurnDetection,
+    UtteranceBuffer,
+    VADEvent,
+    VADState,
+)
+
+logger = logging.getLogger(__name__)
+
+VAD_BATCH_SAMPLES = SPEECH_RATE // 2
+"""At most 0.5 s per VAD call, well inside the utterance buffer's look-back."""
+VAD_MIN_BATCH = 3 * 512
+"""Three silero windows (96 ms) per VAD call while audio keeps coming."""
+VAD_BATCH_WAIT_S = 0.1
+QUEUED_CHUNKS = 64
+
+Detect = Callable[[VADState, np.ndarray], Awaitable[tuple[VADState, list[VADEvent]]]]
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    """A VAD boundary, with the audio it closes (the utterance so far for a pause, the
+    whole utterance for a stop) and, for those, how long after the audio at the boundary
+    arrived the VAD reported it (batching plus the call)."""
+
+    vad: VADEvent
+    audio: np.ndarray | None
+    lag_s: float | None = None
+
+
+class AudioInput:
+    def __init__(
+        self,
+        detect: Detect,
+        turn_detection: TurnDetection | None,
+        defaults: TurnDetection,
+        max_input_audio_s: float,
+        on_vad_failure: Callable[[], None],
+    ) -> None:
+        self._detect = detect
+        self._defaults = defaults
+        self._max_input_audio_s = max_input_audio_s
+        self._on_vad_failure = on_vad_failure
+        self._resampler = StreamResampler(REALTIME_RATE, SPEECH_RATE)
+        self._queue: asyncio.Queue[tuple[np.ndarray, float]] = asyncio.Queue(QUEUED_CHUNKS)
+        self._events: asyncio.Queue[tuple[int, TurnEvent]] = asyncio.Queue()
+        self._arrivals: deque[tuple[int, float]] = deque(maxlen=256)
+        """(end sample, arrival time) of recent chunks: how late the VAD answers."""
+        self._epoch = 0
+        """Bumped whenever the input restarts; what the VAD said of older audio is void."""
+        self.turn_detection = turn_detection
+        self._vad_state: VADState
+        self._buffer: UtteranceBuffer
+        self._restart()
+
+    async def append(self, pcm16: bytes) -> None:
+        """Audio from the client (24 kHz PCM16); waits while the VAD is behind."""
+        if pcm16:
+            await self._queue.put((self._resampler.process(pcm16_to_float(pcm16)), time.monotonic()))
+
+    async def commit(self) -> np.ndarray:
+        """The utterance so far (every append before this call included); the buffer restarts."""
+        await self._queue.join()
+        utterance = self._buffer.take()
+        if self.turn_detection is None:
+            self._buffer.keep_all()
+        return utterance
+
+    async def clear(self) -> None:
+        await self._queue.join()
+        self._restart()
+
+    def reconfigure(self, turn_detection: TurnDetection | None) -> None:
+        """New settings: forget the audio and the detector's state."""
+        self.turn_detection = turn_detection
+        self._restart()
+
+    async def next_event(self) -> TurnEvent:
+        """The next boundary of the current input (boundaries of audio since forgotten are skipped)."""
+        while True:
+            epoch, event = await self._events.get()
+            if epoch == self._epoch:
+                return event
+
+    async def run(self) -> None:
+        """The VAD loop."""
+        while True:
+            audio, epoch = await self._next_batch()
+            if self.turn_detection is None:
+                continue
+            try:
+                state, events = await self._detect(self._vad_state, audio)
+            except Exception:  # a replica lost mid-call: report it, keep listening
+                logger.exception("VAD call failed")
+                self._on_vad_failure()
+                continue
+            if epoch != self._epoch:
+                continue  # cleared or reconfigured meanwhile: this answer is void
+            self._vad_state = state
+            for event in events:
+                self._events.put_nowait((epoch, self._attach(event)))
+
+    def _restart(self) -> None:
+        settings = self.turn_detection or self._defaults
+        self._vad_state = VADState(settings)
+        self._buffer = UtteranceBuffer(settings.prefix_padding_ms, self._max_input_audio_s)
+        if self.turn_detection is None:
+            self._buffer.keep_all()
+        self._arrivals.clear()
+        self._epoch += 1
+
+    def _attach(self, event: VADEvent) -> TurnEvent:
+        """Act on the buffer as the boundary says, in step with the audio."""
+        if isinstance(event, SpeechStarted):
+            self._buffer.mark_start(event.start_sample)
+        elif isinstance(event, SpeechPaused):
+            return TurnEvent(event, self._buffer.peek(event.sample), self._lag_s(event.sample))
+        elif isinstance(event, SpeechStopped):
+            lag_s = self._lag_s(event.end_sample)
+            return TurnEvent(event, self._buffer.take(event.end_sample), lag_s)
+        return TurnEvent(event, None)
+
+    async def _next_batch(self) -> tuple[np.ndarray, int]:
+        """Audio for one VAD call, and the input epoch it belongs to.
+
+        Clients send 20-100 ms frames; one Serve call per frame would cost more CPU than the
+        model. So a call waits for ``VAD_MIN_BATCH`` samples (or ``VAD_BATCH_WAIT_S`` without
+        more audio) and takes at most ``VAD_BATCH_SAMPLES``. Each chunk enters the utterance
+        buffer as soon as it is taken, so a commit never waits for the VAD.
+        """
+        pieces = [self._take(*await self._queue.get())]
+        epoch = self._epoch
+        deadline = asyncio.get_running_loop().time() + VAD_BATCH_WAIT_S
+        while (total := sum(map(len, pieces))) < VAD_BATCH_SAMPLES:
+            if self._queue.empty():
+                if total >= VAD_MIN_BATCH:
+                    break
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        pieces.append(self._take(*await self._queue.get()))
+                except TimeoutError:
+                    break
+            else:
+                pieces.append(self._take(*self._queue.get_nowait()))
+        return np.concatenate(pieces), epoch
+
+    def _take(self, chunk: np.ndarray, arrived_at: float) -> np.ndarray:
+        self._buffer.append(chunk)
+        self._arrivals.append((self._buffer.end_sample, arrived_at))
+        self._queue.task_done()
+        return chunk
+
+    def _lag_s(self, sample: int) -> float | None:
+        arrived_at = next((at for end, at in self._arrivals if end >= sample), None)
+        return None if arrived_at is None else time.monotonic() - arrived_at

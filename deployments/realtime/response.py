@@ -1,0 +1,307 @@
+"""Responses: the LLM's reply, cut into speakable pieces, spoken by TTS, sent as audio frames.
+
+A :class:`ResponseRun` is one response, with its own id: everything it sends is tagged with
+that id, so the outbox can drop exactly its output when it is cancelled. The
+:class:`Responder` owns the session's current response and its lifecycle:
+
+- ``start`` announces the response (``response.created``) before it returns, so a cancel
+  that comes at once still finds a response the client has seen (review D4);
+- ``cancel`` is synchronous: the scope's generation moves on (workers stop at their next
+  check), the Serve streams are cancelled on their replicas (the LLM aborts its engine
+  request), queued output is dropped, and ``response.done`` says ``cancelled``, with the
+  words the client was sent audio for (review D3);
+- a run that fails ends with an ``error`` and ``response.done`` ``failed``: never an
+  answer cut short and passed off as complete.
+
+A speculative run is started *held* in the pause that may end the user's turn and is
+``adopt``-ed when it does: shown if it answers exactly what the turn ended with, else
+replaced by a fresh run.
+"""
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from openai.types.realtime import (
+    ConversationItemAdded,
+    ConversationItemDone,
+    RealtimeResponse,
+    RealtimeResponseStatus,
+    ResponseAudioDeltaEvent,
+    ResponseAudioDoneEvent,
+    ResponseAudioTranscriptDeltaEvent,
+    ResponseAudioTranscriptDoneEvent,
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseCreatedEvent,
+    ResponseDoneEvent,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+)
+
+from cancel import ScopeTicket
+from deployments.messages import LLMRequest, TTSRequest
+from deployments.metrics import SessionMetrics
+from deployments.realtime.conversation import Conversation, Item, wire_item
+from deployments.realtime.outbox import Outbox
+from deployments.realtime.protocol import ProtocolError, error_event, new_id, server_event
+from deployments.realtime.stages import Stages, StageStream
+from deployments.realtime.timeline import Timeline
+from handlers.audio import REALTIME_RATE
+from handlers.llm import ChatMessage
+from handlers.text import SpeechChunker
+
+logger = logging.getLogger(__name__)
+
+CancelReason = Literal["turn_detected", "client_cancelled"]
+Status = Literal["in_progress", "completed", "cancelled", "failed"]
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+
+
+class ResponseScope(Protocol):
+    """What a response needs of the session's cancel scope (``cancel.SessionScope``)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def cancel(self) -> int: ...
+
+    def ticket(self, generation: int | None = None) -> ScopeTicket: ...
+
+
+@dataclass
+class ResponseRun:
+    id: str
+    item: Item
+    generation: int
+    prompt: "asyncio.Future[list[ChatMessage]]"
+    timeline: Timeline
+    shown: bool = True
+    """False while held: the client has seen nothing of it yet."""
+    status: Status = "in_progress"
+    streams: set[StageStream[Any]] = field(default_factory=set)
+    task: "asyncio.Task[None] | None" = None
+
+    def stop(self) -> None:
+        for stream in self.streams:
+            stream.cancel()
+        if self.task is not None:
+            self.task.cancel()
+        self.prompt.cancel()
+
+
+@dataclass(frozen=True)
+class ResponseSettings:
+    first_chunk_words: int
+    audio_delta_ms: int
+
+
+class Responder:
+    def __init__(
+        self,
+        stages: Stages,
+        scope: ResponseScope,
+        outbox: Outbox,
+        conversation: Conversation,
+        settings: ResponseSettings,
+        metrics: SessionMetrics,
+        spawn: Spawn,
+    ) -> None:
+        self._stages = stages
+        self._scope = scope
+        self._outbox = outbox
+        self._conversation = conversation
+        self._settings = settings
+        self._metrics = metrics
+        self._spawn = spawn
+        self._frame_bytes = REALTIME_RATE * settings.audio_delta_ms // 1000 * 2
+        self.current: ResponseRun | None = None
+        """The response a barge-in or ``response.cancel`` would stop."""
+
+    def start(
+        self,
+        prompt: Awaitable[list[ChatMessage]],
+        timeline: Timeline,
+        held: bool = False,
+        previous_item_id: str | None = None,
+    ) -> ResponseRun:
+        """Start answering ``prompt``; a held run is seen by nobody until adopted.
+
+        ``previous_item_id`` is the item a held run's answer will follow once adopted (the
+        user's turn); a shown run follows the conversation's last item.
+        """
+        item = Item(new_id("item"), "assistant")
+        run = ResponseRun(new_id("resp"), item, self._scope.generation, asyncio.ensure_future(prompt), timeline)
+        if held:
+            run.shown = False
+            self._outbox.hold(run.id)
+        else:
+            self.current = run
+            previous_item_id = self._conversation.add(run.item)
+        self._emit(run, ResponseCreatedEvent, response=wire_response(run))
+        self._emit(run, ConversationItemAdded, item=wire_item(item, "in_progress"), previous_item_id=previous_item_id)
+        run.task = self._spawn(self._run(run))
+        run.task.add_done_callback(lambda _: self._outbox.forget(run.id))
+        return run
+
+    def adopt(self, run: ResponseRun, prompt: Awaitable[list[ChatMessage]]) -> None:
+        """The turn ended: ``run`` (held) becomes the response, shown once it is confirmed to
+        answer ``prompt``, the conversation as it now stands; else a fresh run answers it."""
+        self.current = run
+        self._spawn(self._confirm(run, asyncio.ensure_future(prompt)))
+
+    def cancel(self, reason: CancelReason | None) -> bool:
+        """Stop the current response; ``False`` when the client had none to stop.
+
+        Synchronous on purpose: nothing of the response can be queued between the decision
+        and the generation bump.
+        """
+        run, self.current = self.current, None
+        if run is None:
+            return False
+        self._scope.cancel()
+        run.stop()
+        self._outbox.cancel(run.id)
+        if not run.shown:
+            return False
+        if reason is not None:
+            self._metrics.cancelled(reason)
+        run.item.heard_until(run.item.audio_ms)
+        self._end(run, "cancelled", RealtimeResponseStatus(type="cancelled", reason=reason))
+        return True
+
+    def abandon(self, run: ResponseRun) -> None:
+        """Drop a held run the client never saw: nothing to tell it."""
+        if self.current is run:
+            self.current = None
+        run.stop()
+        self._outbox.cancel(run.id)
+
+    async def _confirm(self, run: ResponseRun, prompt: "asyncio.Future[list[ChatMessage]]") -> None:
+        try:
+            same = await run.prompt == await prompt
+        except Exception:  # a transcription failed: answer afresh (or fail there, visibly)
+            same = False
+        if self.current is not run:
+            return  # cancelled meanwhile
+        if same and run.status in ("in_progress", "completed"):
+            run.timeline.adopted = True
+            run.shown = True
+            self._conversation.add(run.item)
+            self._outbox.release(run.id)
+            if run.status == "completed":
+                self.current = None
+            return
+        self.abandon(run)
+        run.timeline = Timeline()
+        self.start(prompt, run.timeline)
+
+    async def _run(self, run: ResponseRun) -> None:
+        try:
+            messages = await run.prompt
+            run.timeline.mark("prompt_ready")
+            wire = wire_item(run.item, "in_progress")
+            self._emit(run, ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire)
+            self._emit(run, ResponseContentPartAddedEvent, part={"type": "audio", "transcript": ""}, **_ids(run))
+            ticket = self._scope.ticket(run.generation)
+            llm = self._stages.generate(LLMRequest(messages, ticket, run.id))
+            run.streams.add(llm)
+            chunker = SpeechChunker(first_chunk_max_words=self._settings.first_chunk_words)
+            async with contextlib.aclosing(_speakable(llm, chunker, run.timeline)) as pieces:
+                async for piece in pieces:
+                    await self._speak(run, piece, ticket)
+        except Exception:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Cancelled: Serve reports a stream cancelled under its consumer as
+                # RequestCancelledError; it is this cancellation, not a failure.
+                raise asyncio.CancelledError from None
+            logger.exception("response %s failed", run.id)  # the session goes on
+            self._fail(run)
+        else:
+            self._finish(run)
+
+    async def _speak(self, run: ResponseRun, piece: str, ticket: ScopeTicket) -> None:
+        text = piece if not run.item.text else " " + piece
+        self._emit(run, ResponseAudioTranscriptDeltaEvent, delta=text, **_ids(run))
+        tts = self._stages.synthesize(TTSRequest(piece, ticket))
+        run.streams.add(tts)
+        continues_piece = False
+        async for pcm in tts:
+            run.timeline.mark("tts_first_audio")
+            run.item.speak(text, _ms(len(pcm)), continues_piece)
+            continues_piece = True
+            for offset in range(0, len(pcm), self._frame_bytes):
+                await self._outbox.room(run.id)
+                frame = pcm[offset : offset + self._frame_bytes]
+                self._emit(run, ResponseAudioDeltaEvent, delta=base64.b64encode(frame).decode("ascii"), **_ids(run))
+                run.timeline.mark("first_audio")
+                run.item.audio_ms += _ms(len(frame))
+        run.streams.discard(tts)
+
+    def _finish(self, run: ResponseRun) -> None:
+        if self.current is run and run.shown:
+            self.current = None
+        run.status = "completed"
+        part = {"type": "audio", "transcript": run.item.text}
+        self._emit(run, ResponseAudioDoneEvent, **_ids(run))
+        self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **_ids(run))
+        self._emit(run, ResponseContentPartDoneEvent, part=part, **_ids(run))
+        self._emit(run, ResponseOutputItemDoneEvent, response_id=run.id, output_index=0, item=wire_item(run.item))
+        self._emit(run, ConversationItemDone, item=wire_item(run.item))
+        self._end(run, "completed")
+
+    def _fail(self, run: ResponseRun) -> None:
+        run.status = "failed"
+        if not run.shown:
+            return  # a held run: adoption sees it failed and answers afresh
+        if self.current is run:
+            self.current = None
+        error = ProtocolError("response_failed", f"response {run.id} could not be completed; it was cut short")
+        self._outbox.put(error_event(error, "server_error"), run.id)
+        status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "code": error.code})
+        self._end(run, "failed", status)
+
+    def _end(self, run: ResponseRun, status: Status, details: RealtimeResponseStatus | None = None) -> None:
+        run.status = status
+        self._emit(run, ResponseDoneEvent, response=wire_response(run, details))
+        self._metrics.response_ended(run.timeline.report(run.id, status))
+
+    def _emit(self, run: ResponseRun, event_type: Any, **fields: Any) -> None:
+        self._outbox.put(server_event(event_type, **fields), run.id)
+
+
+async def _speakable(deltas: StageStream[str], chunker: SpeechChunker, timeline: Timeline) -> AsyncGenerator[str, None]:
+    """LLM deltas as speakable pieces, pulled by the speaker: nothing queues between them,
+    so a cancel leaves no producer behind (review D1); closed with ``aclosing``."""
+    async for delta in deltas:
+        timeline.mark("llm_first_delta")
+        for piece in chunker.feed(delta):
+            timeline.mark("first_piece")
+            yield piece
+    for piece in chunker.flush():
+        timeline.mark("first_piece")
+        yield piece
+
+
+def wire_response(run: ResponseRun, details: RealtimeResponseStatus | None = None) -> RealtimeResponse:
+    return RealtimeResponse(
+        id=run.id,
+        object="realtime.response",
+        status=run.status,
+        status_details=details,
+        output_modalities=["audio"],
+        output=[] if run.status == "in_progress" else [wire_item(run.item, run.status)],
+    )
+
+
+def _ids(run: ResponseRun) -> dict[str, Any]:
+    return {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
+
+
+def _ms(pcm_bytes: int) -> float:
+    return pcm_bytes * 1000 / (2 * REALTIME_RATE)

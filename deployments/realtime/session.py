@@ -1,0 +1,256 @@
+"""One Realtime conversation: the parts of a session, wired and supervised.
+
+Data flows one way: socket -> dispatch (here) -> :class:`AudioInput` -> VAD boundaries ->
+:class:`TurnTaker` -> :class:`Conversation` / :class:`Responder` -> :class:`Outbox` ->
+socket. Each part gets its collaborators passed in, so each can run against fake stages.
+
+Supervision: the receive loop, the send loop, the VAD loop, turn-taking and every task
+they start (responses, transcriptions) run in one ``asyncio.TaskGroup``. If any of them
+fails unexpectedly the client gets an ``error`` (``server_error``) and the socket closes
+with 1011, releasing everything as a normal end does: never a live socket with a dead loop.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from fastapi import WebSocket, WebSocketDisconnect
+from openai import BaseModel as OpenAIModel
+from openai.types.realtime import (
+    ConversationItemAdded,
+    ConversationItemCreateEvent,
+    ConversationItemDone,
+    ConversationItemTruncatedEvent,
+    ConversationItemTruncateEvent,
+    InputAudioBufferAppendEvent,
+    InputAudioBufferClearedEvent,
+    InputAudioBufferClearEvent,
+    InputAudioBufferCommitEvent,
+    ResponseCancelEvent,
+    ResponseCreateEvent,
+    SessionCreatedEvent,
+    SessionUpdatedEvent,
+    SessionUpdateEvent,
+)
+from starlette.websockets import WebSocketState
+
+from deployments.config import IngressConfig
+from deployments.metrics import SessionMetrics
+from deployments.realtime.audio_input import AudioInput
+from deployments.realtime.conversation import Conversation, Item, prompt, wire_item
+from deployments.realtime.outbox import Outbox
+from deployments.realtime.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
+from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
+from deployments.realtime.settings import SessionSettings
+from deployments.realtime.stages import Stages
+from deployments.realtime.timeline import Timeline
+from deployments.realtime.turns import TurnTaker
+from handlers.audio import SPEECH_RATE, b64_pcm16_decode
+
+logger = logging.getLogger(__name__)
+
+MIN_COMMIT_MS = 100
+CLOSE_INTERNAL_ERROR = 1011
+FAILURE_REPORT_TIMEOUT_S = 1.0
+
+Handler = Callable[[Any], Awaitable[None]]
+
+
+class ClientLeft(Exception):
+    """The socket closed: the session ends normally."""
+
+
+class RealtimeSession:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        stages: Stages,
+        config: IngressConfig,
+        scope: ResponseScope,
+        model_name: str,
+        metrics: SessionMetrics,
+    ) -> None:
+        self.id = new_id("sess")
+        self._ws = websocket
+        self._tasks: asyncio.TaskGroup | None = None
+        self._settings = SessionSettings(model_name, config.instructions, config.turn_detection, config.turn_detection)
+        self._outbox = Outbox(self._send, config.outgoing_events, metrics.sent, metrics.dropped)
+        self._conversation = Conversation(config.history_items)
+        self._audio = AudioInput(
+            stages.detect, config.turn_detection, config.turn_detection, config.max_input_audio_s, self._vad_failed
+        )
+        self._responder = Responder(
+            stages,
+            scope,
+            self._outbox,
+            self._conversation,
+            ResponseSettings(config.first_chunk_words, config.audio_delta_ms),
+            metrics,
+            self._spawn,
+        )
+        self._turns = TurnTaker(
+            self._audio, stages, self._conversation, self._responder, self._outbox, self._settings, metrics, self._spawn
+        )
+        self._metrics = metrics
+        self._handlers: dict[type[OpenAIModel], Handler] = {
+            SessionUpdateEvent: self._on_session_update,
+            InputAudioBufferAppendEvent: self._on_input_audio_buffer_append,
+            InputAudioBufferCommitEvent: self._on_input_audio_buffer_commit,
+            InputAudioBufferClearEvent: self._on_input_audio_buffer_clear,
+            ConversationItemCreateEvent: self._on_conversation_item_create,
+            ConversationItemTruncateEvent: self._on_conversation_item_truncate,
+            ResponseCreateEvent: self._on_response_create,
+            ResponseCancelEvent: self._on_response_cancel,
+        }
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the socket until the client leaves, the server closes it or a part fails."""
+        self._outbox.put(server_event(SessionCreatedEvent, session=self._settings.describe()))
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                for loop in (self._receive(), self._outbox.run(), self._audio.run(), self._turns.run()):
+                    tasks.create_task(loop)
+        except* ClientLeft:
+            pass
+        except* Exception as failure:
+            logger.error("session %s failed", self.id, exc_info=failure)
+            await self._report_failure()
+        finally:
+            self._tasks = None
+            self._responder.cancel(None)
+            self._turns.reset()
+
+    async def close(self, code: int, reason: str) -> None:
+        """Server-side close (shutdown): stop the response, then close with ``code``."""
+        self._responder.cancel(None)
+        with contextlib.suppress(RuntimeError):  # already closed by the client
+            await self._ws.close(code=code, reason=reason)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
+        """Start a task under the session's supervision (it fails the session if it fails)."""
+        if self._tasks is None:
+            coroutine.close()
+            raise RuntimeError(f"session {self.id} is not running")
+        return self._tasks.create_task(coroutine)
+
+    async def _report_failure(self) -> None:
+        error = ProtocolError("session_failed", "the server failed this session; please reconnect")
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(FAILURE_REPORT_TIMEOUT_S):
+                await self._ws.send_text(encode(error_event(error, "server_error")))
+                await self._ws.close(code=CLOSE_INTERNAL_ERROR, reason=error.code)
+
+    async def _send(self, text: str) -> None:
+        try:
+            await self._ws.send_text(text)
+        except (WebSocketDisconnect, OSError) as exc:
+            raise ClientLeft from exc
+        except RuntimeError as exc:  # Starlette's answer to sending on a closed socket
+            if WebSocketState.DISCONNECTED in (self._ws.client_state, self._ws.application_state):
+                raise ClientLeft from exc
+            raise
+
+    def _vad_failed(self) -> None:
+        error = ProtocolError("vad_failed", "voice activity detection failed for a stretch of input audio")
+        self._outbox.put(error_event(error, "server_error"))
+
+    # ---- receiving -------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                message = await self._ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                await self._on_message(message.get("text") or message.get("bytes") or "")
+        except WebSocketDisconnect:
+            pass
+        raise ClientLeft
+
+    async def _on_message(self, text: str | bytes) -> None:
+        try:
+            event = parse_client_event(text)
+        except ProtocolError as error:
+            self._outbox.put(error_event(error))
+            return
+        handler = self._handlers.get(type(event))
+        try:
+            if handler is None:
+                raise ProtocolError("unsupported_event", f"{event.type} is not supported by this server", "type")
+            await handler(event)
+        except ProtocolError as error:
+            error.event_id = error.event_id or event.event_id
+            self._outbox.put(error_event(error))
+
+    async def _on_session_update(self, event: SessionUpdateEvent) -> None:
+        if self._settings.update(event.session):
+            self._audio.reconfigure(self._settings.turn_detection)
+            self._turns.reset()
+        self._outbox.put(server_event(SessionUpdatedEvent, session=self._settings.describe()))
+
+    async def _on_input_audio_buffer_append(self, event: InputAudioBufferAppendEvent) -> None:
+        try:
+            pcm = b64_pcm16_decode(event.audio)
+        except ValueError as exc:
+            raise ProtocolError("invalid_value", str(exc), "audio") from None
+        await self._audio.append(pcm)
+
+    async def _on_input_audio_buffer_commit(self, event: InputAudioBufferCommitEvent) -> None:
+        utterance = await self._audio.commit()
+        if len(utterance) < SPEECH_RATE * MIN_COMMIT_MS // 1000:
+            raise ProtocolError(
+                "input_audio_buffer_commit_empty", f"buffer too small: expected at least {MIN_COMMIT_MS}ms of audio"
+            )
+        self._turns.reset()
+        self._turns.commit(utterance, new_id("item"))
+
+    async def _on_input_audio_buffer_clear(self, event: InputAudioBufferClearEvent) -> None:
+        await self._audio.clear()
+        self._turns.reset()
+        self._outbox.put(server_event(InputAudioBufferClearedEvent))
+
+    async def _on_conversation_item_create(self, event: ConversationItemCreateEvent) -> None:
+        item = event.item
+        if item.type != "message" or any(
+            part.type not in ("input_text", "text", "output_text") for part in item.content
+        ):
+            raise ProtocolError("unsupported_value", "only text message items can be created", "item")
+        text = " ".join(getattr(part, "text", None) or "" for part in item.content)
+        added = Item(item.id or new_id("item"), item.role, text)
+        previous = self._conversation.add(added)
+        self._outbox.put(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
+        self._outbox.put(server_event(ConversationItemDone, item=wire_item(added), previous_item_id=previous))
+
+    async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
+        item = self._conversation.find(event.item_id)
+        if item is None or item.role != "assistant":
+            raise ProtocolError("invalid_value", f"no assistant item {event.item_id!r}", "item_id")
+        if event.audio_end_ms > item.audio_end_limit_ms:
+            raise ProtocolError(
+                "invalid_value",
+                f"audio_end_ms {event.audio_end_ms} is past the item's {item.audio_end_limit_ms} ms of audio",
+                "audio_end_ms",
+            )
+        item.heard_until(event.audio_end_ms)
+        self._outbox.put(
+            server_event(
+                ConversationItemTruncatedEvent, item_id=item.id, content_index=0, audio_end_ms=event.audio_end_ms
+            )
+        )
+
+    async def _on_response_create(self, event: ResponseCreateEvent) -> None:
+        if self._responder.current is not None:
+            raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
+        self._metrics.turn_ended()
+        timeline = Timeline()
+        timeline.mark("requested")
+        self._responder.start(prompt(self._conversation.items, self._settings.instructions), timeline)
+
+    async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
+        if not self._responder.cancel("client_cancelled"):
+            raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")

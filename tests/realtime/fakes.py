@@ -1,0 +1,262 @@
+"""Stand-ins for the socket and the four stages, controlled by the test.
+
+The VAD is the real segmenter on signal energy (``handlers.synthetic``), so tone audio
+gives real start/pause/stop boundaries at audio time, not wall time. STT, LLM and TTS are
+coroutines and async generators that can be held at a gate, so a test decides exactly
+where each stage is when it acts.
+"""
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Callable, Generator
+from typing import Any
+
+import numpy as np
+from ray.serve.exceptions import RequestCancelledError
+
+from cancel import CancelScope, ScopeTicket
+from deployments.config import IngressConfig
+from deployments.messages import LLMRequest, TTSRequest
+from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.realtime import RealtimeSession
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
+from handlers.synthetic import EnergyVoiceDetector, question_tone
+from handlers.vad import VADEvent, VADState
+
+
+class Gate:
+    """Open by default; a closed gate holds whoever comes until it opens."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._event.set()
+        self._permits: int | None = None
+
+    def close(self, after: int = 0) -> None:
+        """Close now, or once ``after`` more have passed."""
+        self._permits = after
+        if after == 0:
+            self._event.clear()
+
+    def open(self) -> None:
+        self._permits = None
+        self._event.set()
+
+    async def passage(self) -> None:
+        if self._permits is not None:
+            if self._permits > 0:
+                self._permits -= 1
+                return
+            self._event.clear()
+        await self._event.wait()
+
+
+class FakeCall:
+    """An STT call: its result after ``gate``; ``cancel`` is recorded."""
+
+    def __init__(self, result: Callable[[], str], gate: Gate) -> None:
+        self.cancelled = False
+        self._task = asyncio.ensure_future(self._run(result, gate))
+
+    async def _run(self, result: Callable[[], str], gate: Gate) -> str:
+        await gate.passage()
+        return result()
+
+    def __await__(self) -> Generator[Any, None, str]:
+        return self._task.__await__()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._task.cancel()
+
+
+class FakeStream:
+    """A streaming call yielding ``items``, each after passing ``gate``."""
+
+    def __init__(self, items: list[Any], gate: Gate, streams: list["FakeStream"]) -> None:
+        self.items = items
+        self.gate = gate
+        self.cancelled = False
+        self.finished = False
+        streams.append(self)
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        for item in self.items:
+            try:
+                await self.gate.passage()
+            except asyncio.CancelledError:
+                if self.cancelled:  # as Serve's DeploymentResponseGenerator does
+                    raise RequestCancelledError("fake") from None
+                raise
+            if self.cancelled:
+                return
+            yield item
+        self.finished = True
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def spoken_ms(pcm: bytes) -> float:
+    return len(pcm) * 1000 / (2 * REALTIME_RATE)
+
+
+class FakeStages:
+    """The four stages. The LLM answers with ``answer`` (a list of deltas); the TTS gives
+    ``tts_chunks`` chunks of ``tts_chunk_ms`` of audio per piece."""
+
+    def __init__(self) -> None:
+        self._vad = EnergyVoiceDetector()
+        self.vad_calls = 0
+        self.stt_gate = Gate()
+        self.transcript = "Question one."
+        self.stt_calls: list[FakeCall] = []
+        self.llm_gate = Gate()
+        self.answer = ["The answer", " is one.", " That is all."]
+        self.llm_streams: list[FakeStream] = []
+        self.llm_requests: list[LLMRequest] = []
+        self.tts_gate = Gate()
+        self.session_tts_gates: dict[str, Gate] = {}
+        """Gates for one session's TTS requests only, by scope session id."""
+        self.tts_chunks = 1
+        self.tts_chunk_ms = 300
+        self.tts_streams: list[FakeStream] = []
+        self.fail_transcribe: BaseException | None = None
+
+    async def detect(self, state: VADState, audio: np.ndarray) -> tuple[VADState, list[VADEvent]]:
+        self.vad_calls += 1
+        await asyncio.sleep(0)
+        return state, self._vad.detect(state, audio)
+
+    def transcribe(self, audio: np.ndarray) -> FakeCall:
+        if self.fail_transcribe is not None:
+            raise self.fail_transcribe
+        call = FakeCall(lambda: self.transcript, self.stt_gate)
+        self.stt_calls.append(call)
+        return call
+
+    def generate(self, request: LLMRequest) -> FakeStream:
+        self.llm_requests.append(request)
+        return FakeStream(list(self.answer), self.llm_gate, self.llm_streams)
+
+    def synthesize(self, request: TTSRequest) -> FakeStream:
+        chunk = bytes(int(REALTIME_RATE * 2 * self.tts_chunk_ms / 1000))
+        gate = self.session_tts_gates.get(request.ticket.session_id, self.tts_gate)
+        return FakeStream([chunk] * self.tts_chunks, gate, self.tts_streams)
+
+    def live_streams(self) -> list[FakeStream]:
+        return [s for s in self.llm_streams + self.tts_streams if not (s.cancelled or s.finished)]
+
+
+class FakeScope(CancelScope):
+    """The session's scope without Ray: tickets carry no host."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__()
+        self.session_id = session_id
+
+    def ticket(self, generation: int | None = None) -> ScopeTicket:
+        current = self.generation
+        generation = current if generation is None else generation
+        return ScopeTicket(self.session_id, None, 0, generation, current)  # type: ignore[arg-type]
+
+
+class FakeSocket:
+    """The server side of a WebSocket as Starlette gives it, fed and read by the test."""
+
+    def __init__(self) -> None:
+        self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+        self.send_gate = Gate()
+        self.closed: tuple[int, str] | None = None
+        self.client_state = self.application_state = "connected"
+        self._arrived = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.incoming.get()
+
+    async def send_text(self, text: str) -> None:
+        await self.send_gate.passage()
+        self.sent.append(json.loads(text))
+        self._arrived.set()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = (code, reason)
+        self.incoming.put_nowait({"type": "websocket.disconnect", "code": code})
+
+    def client_sends(self, **event: Any) -> None:
+        self.incoming.put_nowait({"type": "websocket.receive", "text": json.dumps(event)})
+
+    def client_leaves(self) -> None:
+        self.incoming.put_nowait({"type": "websocket.disconnect", "code": 1000})
+
+    def types(self) -> list[str]:
+        return [e["type"] for e in self.sent]
+
+    def of_type(self, kind: str, response_id: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.sent if e["type"] == kind and response_id in (None, e.get("response_id"))]
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 5.0) -> dict[str, Any]:
+        """The first event sent that matches, waiting for it if need be."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                for event in self.sent:
+                    if predicate(event):
+                        return event
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def wait_type(self, kind: str, count: int = 1, timeout_s: float = 5.0) -> dict[str, Any]:
+        async with asyncio.timeout(timeout_s):
+            while len(self.of_type(kind)) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.of_type(kind)[count - 1]
+
+
+def speech(question: int = 1, seconds: float = 1.0, silence_s: float = 1.0) -> bytes:
+    """A tone-coded question as the client sends it (24 kHz PCM16), with trailing silence."""
+    tone = np.concatenate([question_tone(question, seconds), np.zeros(int(silence_s * SPEECH_RATE), np.float32)])
+    return float_to_pcm16(resample(tone, SPEECH_RATE, REALTIME_RATE))
+
+
+def append_audio(socket: FakeSocket, pcm: bytes, frame_ms: int = 100) -> None:
+    frame = REALTIME_RATE * 2 * frame_ms // 1000
+    for offset in range(0, len(pcm), frame):
+        chunk = base64.b64encode(pcm[offset : offset + frame]).decode()
+        socket.client_sends(type="input_audio_buffer.append", audio=chunk)
+
+
+class Harness:
+    """One session on fake stages, running as a task."""
+
+    def __init__(self, stages: FakeStages | None = None, name: str = "session", **config: Any) -> None:
+        self.stages = stages or FakeStages()
+        self.socket = FakeSocket()
+        self.scope = FakeScope(name)
+        self.config = IngressConfig(**config)
+        self.session = RealtimeSession(
+            self.socket,  # type: ignore[arg-type]
+            self.stages,
+            self.config,
+            self.scope,
+            "fake",
+            SessionMetrics(IngressMetrics()),
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> "Harness":
+        self.task = asyncio.ensure_future(self.session.run())
+        await self.socket.wait_type("session.created")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        if not self.task.done():
+            self.socket.client_leaves()
+        async with asyncio.timeout(5):
+            await self.task
