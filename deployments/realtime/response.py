@@ -197,8 +197,7 @@ class Responder:
                 self.current = None
             return
         self.abandon(run)
-        run.timeline = Timeline()
-        self.start(prompt, run.timeline)
+        self.start(prompt, run.timeline.for_fresh_answer())
 
     async def _run(self, run: ResponseRun) -> None:
         try:

@@ -8,11 +8,10 @@ speculative answer started in the pause before that end are negative.
 import time
 from typing import Any
 
+TURN_STEPS = ("speech_paused", "speech_stopped", "requested", "transcribed")
+"""Steps of the user's turn; the rest are steps of one answer to it."""
 STEPS = (
-    "speech_paused",
-    "speech_stopped",
-    "requested",
-    "transcribed",
+    *TURN_STEPS,
     "prompt_ready",
     "llm_first_delta",
     "first_piece",
@@ -28,6 +27,13 @@ class Timeline:
         """How long after its audio arrived the VAD reported the turn's end (batching, call)."""
         self.adopted = False
         """The answer was started speculatively in the pause and shown as it was."""
+
+    def for_fresh_answer(self) -> "Timeline":
+        """The turn's steps without the answer's: for an answer started over."""
+        fresh = Timeline()
+        fresh._marks = {step: at for step, at in self._marks.items() if step in TURN_STEPS}
+        fresh.vad_lag_ms = self.vad_lag_ms
+        return fresh
 
     def mark(self, step: str) -> None:
         """``step`` happened now (only its first occurrence counts)."""

@@ -39,6 +39,28 @@ async def test_held_answer_is_adopted_without_a_second_llm_call() -> None:
         assert h.socket.types().index("input_audio_buffer.committed") < created
 
 
+async def test_held_answer_to_a_changed_conversation_is_answered_afresh() -> None:
+    """A text item added during the pause: the held answer no longer answers the
+    conversation, so it is dropped unseen and a fresh one answers."""
+    async with Harness() as h:
+        pcm = speech(1, silence_s=1.0)
+        pause_at = len(speech(1, silence_s=0.2))
+        append_audio(h.socket, pcm[:pause_at])
+        for _ in range(100):
+            if h.stages.llm_requests:
+                break
+            await settle()
+        assert len(h.stages.llm_requests) == 1, "the held answer started in the pause"
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Be brief."}]}
+        h.socket.client_sends(type="conversation.item.create", item=item)
+        append_audio(h.socket, pcm[pause_at:])
+        done = await h.socket.wait_type("response.done")
+        assert done["response"]["status"] == "completed"
+        assert len(h.socket.of_type("response.created")) == 1
+        assert len(h.stages.llm_requests) == 2 and h.stages.llm_streams[0].cancelled
+        assert {"role": "user", "content": "Be brief."} in h.stages.llm_requests[1].messages
+
+
 async def test_resumed_speech_drops_the_held_answer_unseen() -> None:
     async with Harness() as h:
         h.stages.llm_gate.close()
