@@ -191,7 +191,7 @@ async def bench_barge_in(url: str, speaker: Speaker, rounds: int) -> dict[str, A
     }
 
 
-def start_local_app() -> str:
+def start_local_app(config: Path) -> str:
     import ray
     from ray import serve
 
@@ -200,7 +200,7 @@ def start_local_app() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = yaml.safe_load(CONFIG.read_text())["applications"][0]
+    app = yaml.safe_load(config.read_text())["applications"][0]
     ray.init(include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(app["args"]), name=app["name"], route_prefix="/")
@@ -210,10 +210,11 @@ def start_local_app() -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", help="ws://host:port/v1 of a running server (default: start one)")
+    parser.add_argument("--config", type=Path, default=CONFIG, help="Serve config of the app to start")
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--barge-ins", type=int, default=20)
     args = parser.parse_args()
-    url = args.url or start_local_app()
+    url = args.url or start_local_app(args.config)
     speaker = Speaker()
     result = await bench_turns(url, speaker, args.turns)
     result |= await bench_barge_in(url, speaker, args.barge_ins)

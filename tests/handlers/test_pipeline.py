@@ -5,7 +5,7 @@ import numpy as np
 
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel
-from handlers.stt import SpeechToText
+from handlers.stt import COMPRESSION_RATIO_LIMIT, SpeechToText, STTConfig, _compression_ratio
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
 from handlers.vad import (
@@ -54,6 +54,30 @@ async def test_spoken_question_gets_spoken_answer(
     # Characters, not words: tiny.en hears Piper's "France is" as "Francis", which is two
     # word errors in a six-word reply. Word error is checked on longer speech below.
     assert jiwer.cer(normalise(reply), normalise(heard)) <= 0.15
+
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "What color is the sky?",
+    "How many legs does a dog have?",
+    "Name a fruit that is yellow.",
+    "Tell me a long story about a brave knight and a dragon.",
+    "Stop, please.",
+]
+
+
+def test_stt_short_window_hears_what_the_full_window_hears(stt: SpeechToText, speak) -> None:
+    """The default window (utterance + 3 s) against Whisper's 30 s one, over short turns."""
+    full = SpeechToText(STTConfig(context_padding_s=None))
+    audios = [speak(question, silence_s=0.3) for question in QUESTIONS]
+    expected = [normalise(question) for question in QUESTIONS]
+    window = [stt.transcribe(audio) for audio in audios]
+    reference = [full.transcribe(audio) for audio in audios]
+    assert (
+        jiwer.wer(expected, [normalise(t) for t in window])
+        <= jiwer.wer(expected, [normalise(t) for t in reference]) + 0.05
+    ), window
+    assert all(_compression_ratio(text) < COMPRESSION_RATIO_LIMIT for text in window), f"a runaway decode: {window}"
 
 
 def test_tts_speech_transcribes_back_to_its_text(tts: TextToSpeech, stt: SpeechToText) -> None:
