@@ -64,6 +64,10 @@ class IngressConfig(BaseModel):
     sooner, at some cost in prosody."""
     audio_delta_ms: int = Field(100, ge=10)
     """Size of each ``response.output_audio.delta``."""
+    prefill_while_listening: bool = True
+    """While the user speaks, have the LLM compute the conversation so far, so the answer's
+    prompt finds it in vLLM's prefix cache (the replica that serves the answer may differ
+    when the LLM has several: then it only costs that prefill)."""
     history_items: int = Field(40, ge=2)
     """Conversation items kept for the LLM prompt (oldest dropped first)."""
     shutdown_poll_s: float = Field(5.0, gt=0)

@@ -17,7 +17,7 @@ from ray import serve
 from cancel import ScopeCache
 from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from handlers.audio import SPEECH_RATE
-from handlers.llm import LanguageModel, LLMConfig
+from handlers.llm import ChatMessage, LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
 from handlers.synthetic import (
     EnergyVoiceDetector,
@@ -66,6 +66,9 @@ class LLM:
                 yield delta
             if view.is_stale():
                 raise StoppedAsStale(f"LLM request {request.request_id} stopped: its response was superseded")
+
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        await self._model.prefill(messages)
 
     def unfinished_requests(self) -> int:
         return self._model.unfinished_requests()

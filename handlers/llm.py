@@ -107,6 +107,22 @@ class LanguageModel:
             if not finished:
                 await self.engine.abort(request_id)
 
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Compute ``messages`` ahead of the request that will extend them (the next turn's
+        prompt starts with this conversation), so vLLM's prefix cache answers that part and
+        only the new turn is left to prefill when time matters."""
+        from vllm import SamplingParams
+
+        request_id = f"prefill-{uuid.uuid4().hex}"
+        prompt = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+        finished = False
+        try:
+            async for output in self.engine.generate(prompt, SamplingParams(max_tokens=1), request_id):
+                finished = output.finished
+        finally:
+            if not finished:
+                await self.engine.abort(request_id)
+
     def unfinished_requests(self) -> int:
         return self.engine.get_num_unfinished_requests()
 

@@ -138,6 +138,9 @@ class ScriptedLanguageModel:
         finally:
             self._running -= 1
 
+    async def prefill(self, messages: list[dict[str, str]]) -> None:
+        """Nothing to compute ahead: a script has no prompt cache."""
+
     def unfinished_requests(self) -> int:
         return self._running
 

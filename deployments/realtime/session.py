@@ -91,7 +91,15 @@ class RealtimeSession:
             self._spawn,
         )
         self._turns = TurnTaker(
-            self._audio, stages, self._conversation, self._responder, self._outbox, self._settings, metrics, self._spawn
+            self._audio,
+            stages,
+            self._conversation,
+            self._responder,
+            self._outbox,
+            self._settings,
+            metrics,
+            self._spawn,
+            config.prefill_while_listening,
         )
         self._metrics = metrics
         self._handlers: dict[type[OpenAIModel], Handler] = {

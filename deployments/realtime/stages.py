@@ -13,6 +13,7 @@ import numpy as np
 from ray.serve.handle import DeploymentHandle
 
 from deployments.messages import LLMRequest, TTSRequest
+from handlers.llm import ChatMessage
 from handlers.vad import VADEvent, VADState
 
 T_co = TypeVar("T_co", covariant=True)
@@ -40,6 +41,8 @@ class Stages(Protocol):
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]: ...
 
+    def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]: ...
+
     def generate(self, request: LLMRequest) -> StageStream[str]: ...
 
     def synthesize(self, request: TTSRequest) -> StageStream[bytes]: ...
@@ -59,6 +62,9 @@ class ServeStages:
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]:
         return self.stt.transcribe.remote(audio)  # type: ignore[no-any-return]
+
+    def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
+        return self.llm.prefill.remote(messages)  # type: ignore[no-any-return]
 
     def generate(self, request: LLMRequest) -> StageStream[str]:
         return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]

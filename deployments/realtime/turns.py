@@ -62,8 +62,10 @@ class TurnTaker:
         settings: SessionSettings,
         metrics: SessionMetrics,
         spawn: Spawn,
+        prefill: bool = True,
     ) -> None:
         self._audio = audio
+        self._prefill = prefill
         self._stages = stages
         self._conversation = conversation
         self._responder = responder
@@ -89,6 +91,8 @@ class TurnTaker:
             )
             if self._settings.interrupt_response:
                 self._responder.cancel("turn_detected")
+            if self._prefill and self._settings.create_response:
+                self._spawn(self._prefill_conversation())
         elif isinstance(vad, SpeechPaused):
             assert event.audio is not None
             self._speculate(vad, event.audio, event.lag_s)
@@ -97,6 +101,14 @@ class TurnTaker:
         else:
             assert event.audio is not None
             self._end_turn(vad, event.audio, event.lag_s)
+
+    async def _prefill_conversation(self) -> None:
+        """The conversation so far is how the answer to this turn's prompt will start."""
+        try:
+            messages = await prompt(self._conversation.items, self._settings.instructions)
+            await self._stages.prefill(messages)
+        except Exception as exc:  # only a head start: the answer computes it anyway
+            logger.warning("LLM prefill failed: %r", exc)
 
     def reset(self) -> None:
         """The input restarted (cleared, reconfigured or committed by hand)."""

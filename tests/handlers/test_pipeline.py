@@ -101,6 +101,17 @@ async def test_llm_stops_when_stale_and_leaves_no_request(llm: LanguageModel) ->
     assert llm.unfinished_requests() == 0
 
 
+async def test_llm_prefill_leaves_no_request_and_the_answer_follows(llm: LanguageModel) -> None:
+    history = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+    ]
+    await llm.prefill(history)
+    assert llm.unfinished_requests() == 0
+    reply = "".join([d async for d in llm.stream([*history, {"role": "user", "content": "And of Germany?"}])])
+    assert "berlin" in reply.lower()
+
+
 async def test_llm_closed_by_consumer_leaves_no_request(llm: LanguageModel) -> None:
     stream = llm.stream([{"role": "user", "content": "Tell me a long story about a dragon."}])
     assert await anext(stream)

@@ -119,6 +119,7 @@ class FakeStages:
         self.answer = ["The answer", " is one.", " That is all."]
         self.llm_streams: list[FakeStream] = []
         self.llm_requests: list[LLMRequest] = []
+        self.prefills: list[list[dict[str, str]]] = []
         self.tts_gate = Gate()
         self.session_tts_gates: dict[str, Gate] = {}
         """Gates for one session's TTS requests only, by scope session id."""
@@ -138,6 +139,9 @@ class FakeStages:
         call = FakeCall(lambda: self.transcript, self.stt_gate)
         self.stt_calls.append(call)
         return call
+
+    async def prefill(self, messages: list[dict[str, str]]) -> None:
+        self.prefills.append(messages)
 
     def generate(self, request: LLMRequest) -> FakeStream:
         self.llm_requests.append(request)

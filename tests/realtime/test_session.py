@@ -61,6 +61,20 @@ async def test_held_answer_to_a_changed_conversation_is_answered_afresh() -> Non
         assert {"role": "user", "content": "Be brief."} in h.stages.llm_requests[1].messages
 
 
+async def test_the_llm_computes_the_conversation_while_the_user_speaks() -> None:
+    """The next prompt starts with the conversation so far: its prefill starts at speech start."""
+    async with Harness() as h:
+        append_audio(h.socket, speech(1))
+        await h.socket.wait_type("response.done")
+        append_audio(h.socket, speech(2))
+        await h.socket.wait_type("response.done", count=2)
+        assert h.stages.prefills[-1] == [
+            {"role": "user", "content": "Question one."},
+            {"role": "assistant", "content": "The answer is one. That is all."},
+        ]
+        assert h.stages.llm_requests[-1].messages[:2] == h.stages.prefills[-1]
+
+
 async def test_resumed_speech_drops_the_held_answer_unseen() -> None:
     async with Harness() as h:
         h.stages.llm_gate.close()
