@@ -31,6 +31,11 @@ class LLMConfig(BaseModel):
     enforce_eager: bool = True
     """Skips torch.compile: engine start ~18 s instead of ~97 s on CPU."""
     max_model_len: int = 2048
+    block_size: int | None = None
+    """KV-cache block in tokens (``None``: vLLM's choice). The prefix cache reuses whole
+    blocks only: small blocks let the next turn's prompt reuse nearly all of the
+    conversation (CPU: multiples of 32; 32 took a 470-token prompt's time to first token
+    from 508 to 185 ms here after a prefill of its history)."""
     gpu_memory_utilization: float = 0.85
     max_tokens: int = Field(96, ge=1)
     temperature: float = Field(0.0, ge=0.0)
@@ -71,6 +76,7 @@ class LanguageModel:
                 dtype=config.dtype,
                 enforce_eager=config.enforce_eager,
                 max_model_len=config.max_model_len,
+                block_size=config.block_size,
                 gpu_memory_utilization=config.gpu_memory_utilization,
             )
         )
