@@ -31,8 +31,8 @@ class STTConfig(BaseModel):
     """Silence after the utterance in the encoder's window. Whisper pads every input to a
     30 s window, so its encoder costs the same for a 2 s question as for 30 s (~430 ms of
     the ~620 ms tiny.en takes here on 2 cores); a window of the utterance plus 3 s costs a
-    quarter of that with the same word error on our spoken prompts (2 s: hallucinated
-    repeats). ``None``: the full 30 s window (reference behaviour; cheap on a GPU)."""
+    quarter of that, within a word or two of the same word error on our spoken test turns
+    (a 1 s pad: the decoder loops). ``None``: the full 30 s window (reference behaviour; cheap on a GPU)."""
 
 
 COMPRESSION_RATIO_LIMIT = 2.4
