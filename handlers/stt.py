@@ -27,12 +27,13 @@ class STTConfig(BaseModel):
     language: str | None = "en"
     beam_size: int = 1
     cpu_threads: int = 0
-    context_padding_s: float | None = Field(3.0, ge=1.0, le=30.0)
-    """Silence after the utterance in the encoder's window. Whisper pads every input to a
-    30 s window, so its encoder costs the same for a 2 s question as for 30 s (~430 ms of
-    the ~620 ms tiny.en takes here on 2 cores); a window of the utterance plus 3 s costs a
-    quarter of that, within a word or two of the same word error on our spoken test turns
-    (a 1 s pad: the decoder loops). ``None``: the full 30 s window (reference behaviour; cheap on a GPU)."""
+    context_padding_s: float | None = Field(None, ge=1.0, le=30.0)
+    """Silence after the utterance in the encoder's window; ``None``: Whisper's full 30 s
+    window (the reference). Whisper pads every input to 30 s, so its encoder costs the same
+    for a 2 s question as for 30 s (~430 ms of the ~620 ms tiny.en takes here on 2 cores);
+    the utterance plus 3 s costs a quarter of that, at a word or two more per hundred
+    mis-heard on our spoken test turns (a 1 s pad: the decoder loops). The CPU profile
+    (``cluster/local.yaml``) takes that trade."""
 
 
 COMPRESSION_RATIO_LIMIT = 2.4
