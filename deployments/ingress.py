@@ -57,6 +57,15 @@ def _fetch_app_status() -> "ApplicationStatusOverview | None":
     return serve.status().applications.get(serve.get_replica_context().app_name)
 
 
+REALTIME_SUBPROTOCOL = "realtime"
+
+
+def _chosen_subprotocol(offered: list[str]) -> str | None:
+    """Browsers' Realtime clients offer ``realtime`` (and ``openai-insecure-api-key.<key>``)
+    and fail the handshake unless the server selects one; others offer none."""
+    return REALTIME_SUBPROTOCOL if REALTIME_SUBPROTOCOL in offered else None
+
+
 def _metrics_urls() -> list[str]:
     """Where Ray exports Prometheus metrics, one endpoint per live node."""
     return [
@@ -124,7 +133,7 @@ class RealtimeIngress:
 
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
-        await websocket.accept()
+        await websocket.accept(subprotocol=_chosen_subprotocol(websocket.scope.get("subprotocols", [])))
         refusal = self._refusal()
         if refusal is not None:
             await websocket.send_text(encode(refusal))

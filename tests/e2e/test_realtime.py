@@ -187,6 +187,15 @@ async def test_bad_input_gets_errors_and_the_session_goes_on(connect) -> None:
     assert done.response.status == "completed"
 
 
+async def test_browser_subprotocols_are_answered(realtime_url) -> None:
+    """A browser client offers subprotocols and fails the handshake unless one is selected."""
+    offered = ["realtime", "openai-insecure-api-key.unused"]
+    async with websockets.connect(f"{realtime_url}/realtime?model=s2s", subprotocols=offered) as client:
+        created = json.loads(await asyncio.wait_for(client.recv(), 10))
+    assert client.subprotocol == "realtime"
+    assert created["type"] == "session.created"
+
+
 async def test_session_cap_refuses_with_an_error(connect, realtime_url) -> None:
     async with contextlib.AsyncExitStack() as sessions:
         for _ in range(MAX_SESSIONS):
