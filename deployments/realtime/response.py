@@ -164,8 +164,7 @@ class Responder:
         if run is None:
             return False
         self._scope.cancel()
-        run.stop()
-        self._outbox.cancel(run.id)
+        self._stop(run)
         if not run.shown:
             return False
         if reason is not None:
@@ -178,6 +177,10 @@ class Responder:
         """Drop a held run the client never saw: nothing to tell it."""
         if self.current is run:
             self.current = None
+        self._stop(run)
+
+    def _stop(self, run: ResponseRun) -> None:
+        """Stop the run's work and drop its output (queued, held and to come)."""
         run.stop()
         self._outbox.cancel(run.id)
 

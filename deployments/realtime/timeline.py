@@ -38,7 +38,8 @@ class Timeline:
     def mark(self, step: str) -> None:
         """``step`` happened now (only its first occurrence counts)."""
         assert step in STEPS, step
-        self._marks.setdefault(step, time.monotonic())
+        if step not in self._marks:  # called per frame and per delta: read the clock once
+            self._marks[step] = time.monotonic()
 
     def report(self, response_id: str, status: str) -> dict[str, Any]:
         origin = self._marks.get("speech_stopped", self._marks.get("requested"))
