@@ -45,6 +45,31 @@ class DeploymentOptions(BaseModel):
         return options
 
 
+class InputLimits(BaseModel):
+    """What one client may send (``deployments.realtime.limits`` enforces it; ``docs/reliability.md``
+    lists every limit)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_event_bytes: int = Field(1 << 20, ge=1024, lt=16 << 20)
+    """Largest client event (a WebSocket message). Serve's proxy closes messages over 16 MiB
+    with 1009 before the app sees them; this limit sits below that one, so it is ours and
+    answered with an ``error``. 1 MiB of base64 is ~21 s of 24 kHz PCM16."""
+    audio_rate: float = Field(2.0, gt=0)
+    """Audio accepted per second of wall time, in seconds of audio, once the burst is spent."""
+    audio_burst_s: float = Field(30.0, gt=0)
+    """Audio a client may send at once (it then gets ``audio_rate``)."""
+    events_per_s: float = Field(200.0, gt=0)
+    """Client events of any type per second, once ``event_burst`` is spent (audio is usually
+    sent as 20-100 ms chunks: 10-50 events per second)."""
+    event_burst: int = Field(400, ge=1)
+    max_queued_audio_s: float = Field(10.0, gt=0)
+    """Audio waiting for the VAD; only a VAD that falls behind lets it grow."""
+    strikes: int = Field(20, ge=1)
+    """Refused events within ``strike_window_s`` that close the session (1008)."""
+    strike_window_s: float = Field(10.0, gt=0)
+
+
 class IngressConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -57,6 +82,14 @@ class IngressConfig(BaseModel):
     scope: ScopePlacementConfig = ScopePlacementConfig()
     max_input_audio_s: float = Field(60.0, gt=0)
     """Longest utterance kept in ``input_audio_buffer`` (older audio is dropped)."""
+    limits: InputLimits = InputLimits()
+    """What one client may send: event size and rate, audio rate and backlog."""
+    max_item_chars: int = Field(4000, ge=1)
+    """Longest text of a ``conversation.item.create`` item and of ``instructions``."""
+    stage_timeout_s: float = Field(15.0, gt=0)
+    """Longest wait for a model stage's next result (a transcript, the LLM's next delta, the
+    TTS's next chunk) before the response fails: a stage that hangs is a failure the client
+    hears about within this time. Mind the LLM's first delta on a long prompt on CPU."""
     outgoing_events: int = Field(256, ge=8)
     """Per-session send queue: a slow client slows its own response, nobody else's."""
     first_chunk_words: int = Field(FIRST_CHUNK_MAX_WORDS, ge=1)

@@ -16,6 +16,8 @@ class LLMRequest:
     messages: list[ChatMessage]
     ticket: ScopeTicket
     request_id: str
+    max_tokens: int | None = None
+    """The client's cap on the answer (``session.max_output_tokens``), within the model's."""
 
 
 @dataclass(frozen=True)

@@ -62,13 +62,17 @@ class LLM:
         ``CancelledError``; the handler then aborts the engine request). A stream stopped as
         stale ends with ``StoppedAsStale``, so that an early end is never taken for the end."""
         with ScopeCache.for_current_loop().watch(request.ticket) as view:
-            async for delta in self._model.stream(request.messages, view.is_stale, request.request_id):
+            stream = self._model.stream(request.messages, view.is_stale, request.request_id, request.max_tokens)
+            async for delta in stream:
                 yield delta
             if view.is_stale():
                 raise StoppedAsStale(f"LLM request {request.request_id} stopped: its response was superseded")
 
     async def prefill(self, messages: list[ChatMessage]) -> None:
         await self._model.prefill(messages)
+
+    def fit(self, messages: list[ChatMessage]) -> int:
+        return self._model.fit(messages)
 
     def unfinished_requests(self) -> int:
         return self._model.unfinished_requests()

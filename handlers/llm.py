@@ -44,6 +44,12 @@ class LLMConfig(BaseModel):
 
 
 ChatMessage = dict[str, str]
+MIN_ANSWER_TOKENS = 16
+"""A prompt that leaves fewer tokens than this for the answer is refused."""
+
+
+class PromptTooLong(ValueError):
+    """The prompt does not leave room for an answer in the model's context."""
 
 
 class LanguageModel:
@@ -85,19 +91,51 @@ class LanguageModel:
     def prompt(self, messages: list[ChatMessage]) -> str:
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    def prompt_tokens(self, messages: list[ChatMessage]) -> int:
+        return len(self._tokenizer.encode(self.prompt(messages), add_special_tokens=False))
+
+    @property
+    def prompt_budget(self) -> int:
+        """Tokens a prompt may take: the context less room for a whole answer."""
+        return self.config.max_model_len - self.config.max_tokens
+
+    def fit(self, messages: list[ChatMessage]) -> int:
+        """How many of the oldest non-system messages must go for the prompt to fit
+        :attr:`prompt_budget` (0: it fits). When some must, enough go to bring the prompt
+        down to half the budget: the conversation then grows for several turns from the
+        same opening, which vLLM's prefix cache keeps, instead of losing a message (and the
+        cache) every turn. The newest message always stays."""
+        if self.prompt_tokens(messages) <= self.prompt_budget:
+            return 0
+        system = messages[:1] if messages and messages[0]["role"] == "system" else []
+        rest = messages[len(system) :]
+        for dropped in range(1, len(rest)):
+            if self.prompt_tokens(system + rest[dropped:]) <= self.prompt_budget // 2:
+                return dropped
+        return max(0, len(rest) - 1)
+
     async def stream(
         self,
         messages: list[ChatMessage],
         is_stale: Callable[[], bool] = lambda: False,
         request_id: str | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[str]:
-        """Yield text deltas of the assistant's reply until done or stale."""
+        """Yield text deltas of the assistant's reply until done or stale; at most
+        ``max_tokens`` (and the configured maximum) of them, and fewer when the prompt
+        leaves less room in the context. A prompt that fills the context is refused with
+        :class:`PromptTooLong` before it reaches the engine."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         request_id = request_id or uuid.uuid4().hex
+        room = self.config.max_model_len - self.prompt_tokens(messages)
+        if room < MIN_ANSWER_TOKENS:
+            raise PromptTooLong(
+                f"the prompt leaves {room} of the model's {self.config.max_model_len} tokens for an answer"
+            )
         params = SamplingParams(
-            max_tokens=self.config.max_tokens,
+            max_tokens=min(self.config.max_tokens, max_tokens or self.config.max_tokens, room),
             temperature=self.config.temperature,
             output_kind=RequestOutputKind.DELTA,
         )

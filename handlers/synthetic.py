@@ -120,6 +120,7 @@ class ScriptedLanguageModel:
         messages: list[dict[str, str]],
         is_stale: Callable[[], bool] = lambda: False,
         request_id: str | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[str]:
         last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         match = _QUESTION.search(last)
@@ -128,6 +129,7 @@ class ScriptedLanguageModel:
             "word." if (i + 1) % 8 == 0 or i + 1 == self.config.answer_words else "word"
             for i in range(self.config.answer_words)
         ]
+        words = words[:max_tokens]
         self._running += 1
         try:
             for index, word in enumerate(words):
@@ -140,6 +142,10 @@ class ScriptedLanguageModel:
 
     async def prefill(self, messages: list[dict[str, str]]) -> None:
         """Nothing to compute ahead: a script has no prompt cache."""
+
+    def fit(self, messages: list[dict[str, str]]) -> int:
+        """Every prompt fits: a script has no context."""
+        return 0
 
     def unfinished_requests(self) -> int:
         return self._running

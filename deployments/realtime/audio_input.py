@@ -1,11 +1,12 @@
 """The session's input audio: resampling, the utterance buffer and the VAD calls.
 
-Appended audio is resampled to 16 kHz and queued (bounded: a client sending faster than
-the VAD keeps up waits in its own receive loop). The VAD loop takes it into the utterance
-buffer and sends it to the VAD deployment in batches, one call in flight per session; each
-boundary the VAD reports comes out of :meth:`AudioInput.next_event` with the audio it
-closes. The loop never waits for anything else, so turn-taking (which awaits STT) can
-never stop listening (review D6).
+Appended audio is resampled to 16 kHz and queued; the queue is bounded in seconds of audio
+and an append that would overflow it is refused (``input_audio_backlog_full``), never
+waited for: the receive loop stays free for control events and for noticing the client left.
+The VAD loop takes it into the utterance buffer and sends it to the VAD deployment in
+batches, one call in flight per session; each boundary the VAD reports comes out of
+:meth:`AudioInput.next_event` with the audio it closes. The loop never waits for anything
+else, so turn-taking (which awaits STT) can never stop listening (review D6).
 """
 
 import asyncio
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deployments.realtime.protocol import ProtocolError
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, pcm16_to_float
 from handlers.vad import (
     SpeechPaused,
@@ -35,7 +37,6 @@ VAD_BATCH_SAMPLES = SPEECH_RATE // 2
 VAD_MIN_BATCH = 3 * 512
 """Three silero windows (96 ms) per VAD call while audio keeps coming."""
 VAD_BATCH_WAIT_S = 0.1
-QUEUED_CHUNKS = 64
 
 Detect = Callable[[VADState, np.ndarray], Awaitable[tuple[VADState, list[VADEvent]]]]
 
@@ -58,14 +59,17 @@ class AudioInput:
         turn_detection: TurnDetection | None,
         defaults: TurnDetection,
         max_input_audio_s: float,
+        max_queued_audio_s: float,
         on_vad_failure: Callable[[], None],
     ) -> None:
         self._detect = detect
         self._defaults = defaults
         self._max_input_audio_s = max_input_audio_s
+        self._max_queued_samples = int(max_queued_audio_s * SPEECH_RATE)
         self._on_vad_failure = on_vad_failure
         self._resampler = StreamResampler(REALTIME_RATE, SPEECH_RATE)
-        self._queue: asyncio.Queue[tuple[np.ndarray, float]] = asyncio.Queue(QUEUED_CHUNKS)
+        self._queue: asyncio.Queue[tuple[np.ndarray, float]] = asyncio.Queue()
+        self._queued_samples = 0
         self._events: asyncio.Queue[tuple[int, TurnEvent]] = asyncio.Queue()
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=256)
         """(end sample, arrival time) of recent chunks: how late the VAD answers."""
@@ -76,10 +80,20 @@ class AudioInput:
         self._buffer: UtteranceBuffer
         self._restart()
 
-    async def append(self, pcm16: bytes) -> None:
-        """Audio from the client (24 kHz PCM16); waits while the VAD is behind."""
-        if pcm16:
-            await self._queue.put((self._resampler.process(pcm16_to_float(pcm16)), time.monotonic()))
+    def append(self, pcm16: bytes) -> None:
+        """Audio from the client (24 kHz PCM16); refused while the VAD is too far behind."""
+        if not pcm16:
+            return
+        if self._queued_samples + len(pcm16) // 2 * SPEECH_RATE // REALTIME_RATE > self._max_queued_samples:
+            raise ProtocolError(
+                "input_audio_backlog_full",
+                f"over {self._max_queued_samples / SPEECH_RATE:g} s of audio wait for voice activity detection; "
+                "this audio was dropped",
+                "max_queued_audio_s",
+            )
+        chunk = self._resampler.process(pcm16_to_float(pcm16))
+        self._queued_samples += len(chunk)
+        self._queue.put_nowait((chunk, time.monotonic()))
 
     async def commit(self) -> np.ndarray:
         """The utterance so far (every append before this call included); the buffer restarts."""
@@ -168,6 +182,7 @@ class AudioInput:
         return np.concatenate(pieces), epoch
 
     def _take(self, chunk: np.ndarray, arrived_at: float) -> np.ndarray:
+        self._queued_samples -= len(chunk)
         self._buffer.append(chunk)
         self._arrivals.append((self._buffer.end_sample, arrived_at))
         self._queue.task_done()

@@ -29,6 +29,7 @@ from openai.types.realtime.realtime_conversation_item_user_message import (
     RealtimeConversationItemUserMessage,
 )
 
+from deployments.realtime.stages import StageFailure
 from handlers.llm import ChatMessage
 
 
@@ -41,6 +42,7 @@ class Item:
     text: str = ""
     transcribed: asyncio.Future[None] | None = None
     """Set once STT has filled ``text`` (user audio items only)."""
+    transcription_failed: bool = False
     spoken: list[tuple[float, str]] = field(default_factory=list)
     """Assistant audio: (end of the piece in ms of output audio, its text), for truncation."""
     audio_ms: float = 0.0
@@ -137,15 +139,27 @@ class Conversation:
         del self._items[: max(0, len(self._items) - self._max_items)]
         return previous
 
+    def forget_oldest(self, messages: int) -> None:
+        """Drop the oldest items that made the first ``messages`` prompt messages (items with
+        text; the empty ones before and among them go too)."""
+        while messages > 0 and self._items:
+            messages -= bool(self._items.pop(0).text)
+
     def find(self, item_id: str) -> Item | None:
         return next((item for item in self._items if item.id == item_id), None)
 
 
 async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMessage]:
-    """``items`` as LLM messages, once every user utterance among them is transcribed."""
+    """``items`` as LLM messages, once every user utterance among them is transcribed.
+
+    When the newest item is an utterance that could not be transcribed there is nothing to
+    answer: a ``StageFailure``, never an answer to the turn before it.
+    """
     pending = [i.transcribed for i in items if i.transcribed is not None and not i.transcribed.done()]
     if pending:
         await asyncio.gather(*pending)
+    if items and items[-1].transcription_failed:
+        raise StageFailure("transcription_failed", "the question's audio could not be transcribed")
     messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []
     messages += [{"role": item.role, "content": item.text} for item in items if item.text]
     return messages

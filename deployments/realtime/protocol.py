@@ -49,22 +49,26 @@ def new_id(prefix: str) -> str:
 def parse_client_event(text: str | bytes) -> RealtimeClientEvent:
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError("invalid_json", f"event is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("invalid_json", "event is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, an integer of over 4300 digits
+        raise ProtocolError("invalid_json", f"event is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_event", "event must be a JSON object")
     client_event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
-    model = _CLIENT_EVENT_TYPES.get(data.get("type"))  # type: ignore[arg-type]
+    event_type = data.get("type")
+    model = _CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
     if model is None:
-        raise ProtocolError(
-            "invalid_event", f"unknown event type {data.get('type')!r}", param="type", event_id=client_event_id
-        )
+        shown = repr(event_type)[:64] if isinstance(event_type, str) else f"of JSON type {type(event_type).__name__}"
+        raise ProtocolError("invalid_event", f"unknown event type {shown}", param="type", event_id=client_event_id)
     try:
         return cast(RealtimeClientEvent, model.model_validate(data))
+    except RecursionError:
+        raise ProtocolError("invalid_event", "event is nested too deeply", event_id=client_event_id) from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"])
-        raise ProtocolError("invalid_event", f"{first['msg']} at {param!r}", param, client_event_id) from None
+        param = ".".join(str(part) for part in first["loc"])[:200]
+        raise ProtocolError("invalid_event", f"{first['msg'][:200]} at {param!r}", param, client_event_id) from None
 
 
 def error_event(error: ProtocolError, error_type: str = "invalid_request_error") -> RealtimeErrorEvent:

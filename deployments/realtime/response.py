@@ -11,7 +11,13 @@ that id, so the outbox can drop exactly its output when it is cancelled. The
   request), queued output is dropped, and ``response.done`` says ``cancelled``, with the
   words the client was sent audio for (review D3);
 - a run that fails ends with an ``error`` and ``response.done`` ``failed``: never an
-  answer cut short and passed off as complete.
+  answer cut short and passed off as complete. The error says what failed in our words (a
+  :class:`StageFailure`: which stage, failed or timed out), never a replica's internals.
+
+The prompt always fits the LLM's context: when the conversation may have outgrown it, the LLM
+deployment counts it with the model's tokenizer and the oldest items leave the conversation
+(``Stages.fit``), for good, so later turns start from the same place and keep vLLM's prefix
+cache.
 
 A speculative run is started *held* in the pause that may end the user's turn and is
 ``adopt``-ed when it does: shown if it answers exactly what the turn ended with, else
@@ -49,7 +55,8 @@ from deployments.metrics import SessionMetrics
 from deployments.realtime.conversation import Conversation, Item, wire_item
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, error_event, new_id, server_event
-from deployments.realtime.stages import Stages, StageStream
+from deployments.realtime.settings import SessionSettings
+from deployments.realtime.stages import StageFailure, Stages, StageStream
 from deployments.realtime.timeline import Timeline
 from handlers.audio import REALTIME_RATE
 from handlers.llm import ChatMessage
@@ -98,6 +105,8 @@ class ResponseRun:
 class ResponseSettings:
     first_chunk_words: int
     audio_delta_ms: int
+    prompt_budget_tokens: int | None
+    """The LLM's context less its answer's tokens (``None``: no limit to keep to)."""
 
 
 class Responder:
@@ -108,10 +117,12 @@ class Responder:
         outbox: Outbox,
         conversation: Conversation,
         settings: ResponseSettings,
+        session: SessionSettings,
         metrics: SessionMetrics,
         spawn: Spawn,
     ) -> None:
         self._stages = stages
+        self._session = session
         self._scope = scope
         self._outbox = outbox
         self._conversation = conversation
@@ -204,28 +215,42 @@ class Responder:
 
     async def _run(self, run: ResponseRun) -> None:
         try:
-            messages = await run.prompt
+            messages = await self._fitted(await run.prompt)
             run.timeline.mark("prompt_ready")
             wire = wire_item(run.item, "in_progress")
             self._emit(run, ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire)
             self._emit(run, ResponseContentPartAddedEvent, part={"type": "audio", "transcript": ""}, **_ids(run))
             ticket = self._scope.ticket(run.generation)
-            llm = self._stages.generate(LLMRequest(messages, ticket, run.id))
+            llm = self._stages.generate(LLMRequest(messages, ticket, run.id, self._session.max_output_tokens))
             run.streams.add(llm)
             chunker = SpeechChunker(first_chunk_max_words=self._settings.first_chunk_words)
             async with contextlib.aclosing(_speakable(llm, chunker, run.timeline)) as pieces:
                 async for piece in pieces:
                     await self._speak(run, piece, ticket)
-        except Exception:
+        except Exception as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 # Cancelled: Serve reports a stream cancelled under its consumer as
                 # RequestCancelledError; it is this cancellation, not a failure.
                 raise asyncio.CancelledError from None
-            logger.exception("response %s failed", run.id)  # the session goes on
-            self._fail(run)
+            logger.warning("response %s failed", run.id, exc_info=exc)  # the session goes on
+            self._fail(run, exc if isinstance(exc, StageFailure) else None)
         else:
             self._finish(run)
+
+    async def _fitted(self, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """``messages`` within the LLM's context: if they may not fit, the LLM says how many
+        of the oldest must go, and those items leave the conversation."""
+        budget = self._settings.prompt_budget_tokens
+        if budget is None or _most_tokens(messages) <= budget:
+            return messages
+        dropped = await self._stages.fit(messages)
+        if not dropped:
+            return messages
+        system = messages[:1] if messages[0]["role"] == "system" else []
+        kept = messages[len(system) + dropped :]
+        self._conversation.forget_oldest(dropped)
+        return system + kept
 
     async def _speak(self, run: ResponseRun, piece: str, ticket: ScopeTicket) -> None:
         text = piece if not run.item.text else " " + piece
@@ -257,13 +282,14 @@ class Responder:
         self._emit(run, ConversationItemDone, item=wire_item(run.item))
         self._end(run, "completed")
 
-    def _fail(self, run: ResponseRun) -> None:
+    def _fail(self, run: ResponseRun, failure: StageFailure | None) -> None:
         run.status = "failed"
         if not run.shown:
             return  # a held run: adoption sees it failed and answers afresh
         if self.current is run:
             self.current = None
-        error = ProtocolError("response_failed", f"response {run.id} could not be completed; it was cut short")
+        code, why = (failure.code, failure.message) if failure else ("response_failed", "the server failed")
+        error = ProtocolError(code, f"response {run.id} could not be completed: {why}")
         self._outbox.put(error_event(error, "server_error"), run.id)
         status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "code": error.code})
         self._end(run, "failed", status)
@@ -299,6 +325,12 @@ def wire_response(run: ResponseRun, details: RealtimeResponseStatus | None = Non
         output_modalities=["audio"],
         output=[] if run.status == "in_progress" else [wire_item(run.item, run.status)],
     )
+
+
+def _most_tokens(messages: list[ChatMessage]) -> int:
+    """More tokens than ``messages`` can take in any byte-level tokenizer (each byte at most a
+    token, plus the chat template's markup), so below the budget no count is needed."""
+    return 64 + sum(16 + len(m["content"].encode()) for m in messages)
 
 
 def _ids(run: ResponseRun) -> dict[str, Any]:

@@ -8,6 +8,10 @@ Supervision: the receive loop, the send loop, the VAD loop, turn-taking and ever
 they start (responses, transcriptions) run in one ``asyncio.TaskGroup``. If any of them
 fails unexpectedly the client gets an ``error`` (``server_error``) and the socket closes
 with 1011, releasing everything as a normal end does: never a live socket with a dead loop.
+
+Bad input is answered, never fatal: every event that cannot be served (malformed, over a
+limit of :mod:`deployments.realtime.limits`, or failing in its handler) gets an ``error``
+and the session goes on; only a client that keeps going over limits is closed (1008).
 """
 
 import asyncio
@@ -28,6 +32,7 @@ from openai.types.realtime import (
     InputAudioBufferClearedEvent,
     InputAudioBufferClearEvent,
     InputAudioBufferCommitEvent,
+    RealtimeErrorEvent,
     ResponseCancelEvent,
     ResponseCreateEvent,
     SessionCreatedEvent,
@@ -40,18 +45,20 @@ from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.conversation import Conversation, Item, prompt, wire_item
+from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
 from deployments.realtime.settings import SessionSettings
-from deployments.realtime.stages import Stages
+from deployments.realtime.stages import BoundedStages, Stages
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turns import TurnTaker
-from handlers.audio import SPEECH_RATE, b64_pcm16_decode
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode
 
 logger = logging.getLogger(__name__)
 
 MIN_COMMIT_MS = 100
+CLOSE_POLICY_VIOLATION = 1008
 CLOSE_INTERNAL_ERROR = 1011
 FAILURE_REPORT_TIMEOUT_S = 1.0
 
@@ -71,22 +78,35 @@ class RealtimeSession:
         scope: ResponseScope,
         model_name: str,
         metrics: SessionMetrics,
+        prompt_budget_tokens: int | None = None,
     ) -> None:
+        """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded)."""
         self.id = new_id("sess")
         self._ws = websocket
+        stages = BoundedStages(stages, config.stage_timeout_s)
         self._tasks: asyncio.TaskGroup | None = None
-        self._settings = SessionSettings(model_name, config.instructions, config.turn_detection, config.turn_detection)
+        self._settings = SessionSettings(
+            model_name, config.instructions, config.turn_detection, config.turn_detection, config.max_item_chars
+        )
         self._outbox = Outbox(self._send, config.outgoing_events, metrics.sent, metrics.dropped)
         self._conversation = Conversation(config.history_items)
+        self._guard = InputGuard(config.limits)
+        self._max_item_chars = config.max_item_chars
         self._audio = AudioInput(
-            stages.detect, config.turn_detection, config.turn_detection, config.max_input_audio_s, self._vad_failed
+            stages.detect,
+            config.turn_detection,
+            config.turn_detection,
+            config.max_input_audio_s,
+            config.limits.max_queued_audio_s,
+            self._vad_failed,
         )
         self._responder = Responder(
             stages,
             scope,
             self._outbox,
             self._conversation,
-            ResponseSettings(config.first_chunk_words, config.audio_delta_ms),
+            ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
+            self._settings,
             metrics,
             self._spawn,
         )
@@ -125,9 +145,13 @@ class RealtimeSession:
                     tasks.create_task(loop)
         except* ClientLeft:
             pass
+        except* TooManyViolations as group:
+            error = ProtocolError("too_many_violations", str(group.exceptions[0]))
+            await self._close_with(error_event(error), CLOSE_POLICY_VIOLATION)
         except* Exception as failure:
             logger.error("session %s failed", self.id, exc_info=failure)
-            await self._report_failure()
+            error = ProtocolError("session_failed", "the server failed this session; please reconnect")
+            await self._close_with(error_event(error, "server_error"), CLOSE_INTERNAL_ERROR)
         finally:
             self._tasks = None
             self._responder.cancel(None)
@@ -146,12 +170,12 @@ class RealtimeSession:
             raise RuntimeError(f"session {self.id} is not running")
         return self._tasks.create_task(coroutine)
 
-    async def _report_failure(self) -> None:
-        error = ProtocolError("session_failed", "the server failed this session; please reconnect")
+    async def _close_with(self, error: RealtimeErrorEvent, code: int) -> None:
+        """Tell the client why, then close (straight to the socket: the send loop is gone)."""
         with contextlib.suppress(Exception):
             async with asyncio.timeout(FAILURE_REPORT_TIMEOUT_S):
-                await self._ws.send_text(encode(error_event(error, "server_error")))
-                await self._ws.close(code=CLOSE_INTERNAL_ERROR, reason=error.code)
+                await self._ws.send_text(encode(error))
+                await self._ws.close(code=code, reason=error.error.code or "")
 
     async def _send(self, text: str) -> None:
         try:
@@ -181,19 +205,27 @@ class RealtimeSession:
         raise ClientLeft
 
     async def _on_message(self, text: str | bytes) -> None:
+        """Serve one client event; whatever goes wrong, the client hears of it and the
+        session goes on (``TooManyViolations`` aside, which ends it)."""
+        event_id = None
         try:
+            size = len(text) if isinstance(text, bytes) or text.isascii() else len(text.encode())
+            await self._guard.admit_event(size)
             event = parse_client_event(text)
-        except ProtocolError as error:
-            self._outbox.put(error_event(error))
-            return
-        handler = self._handlers.get(type(event))
-        try:
+            event_id = event.event_id
+            handler = self._handlers.get(type(event))
             if handler is None:
                 raise ProtocolError("unsupported_event", f"{event.type} is not supported by this server", "type")
             await handler(event)
         except ProtocolError as error:
-            error.event_id = error.event_id or event.event_id
+            error.event_id = error.event_id or event_id
             self._outbox.put(error_event(error))
+            if isinstance(error, LimitExceeded):
+                self._guard.refused()
+        except Exception:
+            logger.exception("session %s: an event failed", self.id)
+            failure = ProtocolError("event_failed", "the server failed to handle this event", event_id=event_id)
+            self._outbox.put(error_event(failure, "server_error"))
 
     async def _on_session_update(self, event: SessionUpdateEvent) -> None:
         if self._settings.update(event.session):
@@ -206,7 +238,8 @@ class RealtimeSession:
             pcm = b64_pcm16_decode(event.audio)
         except ValueError as exc:
             raise ProtocolError("invalid_value", str(exc), "audio") from None
-        await self._audio.append(pcm)
+        await self._guard.admit_audio(len(pcm) / (2 * REALTIME_RATE))
+        self._audio.append(pcm)
 
     async def _on_input_audio_buffer_commit(self, event: InputAudioBufferCommitEvent) -> None:
         utterance = await self._audio.commit()
@@ -229,6 +262,12 @@ class RealtimeSession:
         ):
             raise ProtocolError("unsupported_value", "only text message items can be created", "item")
         text = " ".join(getattr(part, "text", None) or "" for part in item.content)
+        if len(text) > self._max_item_chars:
+            raise ProtocolError(
+                "invalid_value",
+                f"item text of {len(text)} characters is over this server's limit of {self._max_item_chars}",
+                "item.content",
+            )
         added = Item(item.id or new_id("item"), item.role, text)
         previous = self._conversation.add(added)
         self._outbox.put(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
@@ -237,7 +276,11 @@ class RealtimeSession:
     async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
         item = self._conversation.find(event.item_id)
         if item is None or item.role != "assistant":
-            raise ProtocolError("invalid_value", f"no assistant item {event.item_id!r}", "item_id")
+            raise ProtocolError("invalid_value", f"no assistant item {event.item_id[:64]!r}", "item_id")
+        if event.content_index != 0:
+            raise ProtocolError("invalid_value", "content_index must be 0 (an item has one part)", "content_index")
+        if event.audio_end_ms < 0:
+            raise ProtocolError("invalid_value", "audio_end_ms must not be negative", "audio_end_ms")
         if event.audio_end_ms > item.audio_end_limit_ms:
             raise ProtocolError(
                 "invalid_value",

@@ -24,52 +24,85 @@ class SessionSettings:
     """The server's turn detection, for fields a client leaves out."""
     turn_detection: TurnDetection | None
     """``None``: no VAD, the client commits the input buffer itself."""
+    max_instructions_chars: int
     create_response: bool = True
     interrupt_response: bool = True
+    max_output_tokens: int | None = None
+    """The client's cap on answer tokens (``None``: the model deployment's own)."""
 
     def update(self, session: Session) -> bool:
         """Apply a ``session.update``; return whether turn detection changed (the input
-        then restarts)."""
+        then restarts). Values are checked against the bounds OpenAI documents for the
+        Realtime API (``invalid_value`` with the parameter), then against what this server
+        supports (``unsupported_value``); a refused update changes nothing."""
         if not isinstance(session, RealtimeSessionCreateRequest):
             raise ProtocolError("unsupported_value", "only realtime sessions are served", "session.type")
         if session.output_modalities not in (None, ["audio"]):
             raise ProtocolError("unsupported_value", "output_modalities must be ['audio']", "session.output_modalities")
+        if session.instructions is not None and len(session.instructions) > self.max_instructions_chars:
+            raise ProtocolError(
+                "invalid_value",
+                f"instructions are over this server's limit of {self.max_instructions_chars} characters",
+                "session.instructions",
+            )
+        max_output_tokens = session.max_output_tokens
+        if isinstance(max_output_tokens, int):
+            check_range(max_output_tokens, 1, 4096, "session.max_output_tokens")
         audio = session.audio
         if audio is not None and audio.output is not None:
             check_format(audio.output.format, "session.audio.output.format")
+            if audio.output.speed is not None:
+                check_range(audio.output.speed, 0.25, 1.5, "session.audio.output.speed")
+                if audio.output.speed != 1.0:
+                    raise ProtocolError("unsupported_value", "only speed 1.0 is served", "session.audio.output.speed")
+        turn_detection: TurnDetection | None = self.turn_detection
         turn_changed = False
         if audio is not None and audio.input is not None:
             check_format(audio.input.format, "session.audio.input.format")
             turn_changed = "turn_detection" in audio.input.model_fields_set
             if turn_changed:
-                self._set_turn_detection(audio.input.turn_detection)
+                turn_detection = self._checked_turn_detection(audio.input.turn_detection)
+        # Every check passed: apply the update whole.
+        if turn_changed:
+            self._apply_turn_detection(turn_detection, audio.input.turn_detection)  # type: ignore[union-attr]
+        if "max_output_tokens" in session.model_fields_set:
+            self.max_output_tokens = max_output_tokens if isinstance(max_output_tokens, int) else None
         if "instructions" in session.model_fields_set:
             self.instructions = session.instructions
         return turn_changed
 
-    def _set_turn_detection(self, requested: ServerVad | SemanticVad | None) -> None:
+    def _checked_turn_detection(self, requested: ServerVad | SemanticVad | None) -> TurnDetection | None:
         if requested is None:
-            self.turn_detection = None
-            return
+            return None
         if requested.type != "server_vad":
             raise ProtocolError(
                 "unsupported_value",
                 f"turn_detection {requested.type!r} is not supported",
                 "session.audio.input.turn_detection",
             )
+        param = "session.audio.input.turn_detection"
+        if requested.idle_timeout_ms is not None:
+            check_range(requested.idle_timeout_ms, 5000, 30000, f"{param}.idle_timeout_ms")
+            raise ProtocolError("unsupported_value", "idle_timeout_ms is not supported", f"{param}.idle_timeout_ms")
         given = {
             name: value
             for name in ("threshold", "prefix_padding_ms", "silence_duration_ms")
             if (value := getattr(requested, name)) is not None
         }
         try:
-            self.turn_detection = TurnDetection.model_validate(self.defaults.model_dump() | given)
+            return TurnDetection.model_validate(self.defaults.model_dump() | given)
         except ValidationError as exc:
             first = exc.errors()[0]
-            param = f"session.audio.input.turn_detection.{first['loc'][0]}"
-            raise ProtocolError("invalid_value", f"{first['msg']} at {param!r}", param) from None
-        self.create_response = requested.create_response is not False
-        self.interrupt_response = requested.interrupt_response is not False
+            field = f"{param}.{first['loc'][0]}"
+            raise ProtocolError("invalid_value", f"{first['msg']} at {field!r}", field) from None
+
+    def _apply_turn_detection(
+        self, turn_detection: TurnDetection | None, requested: ServerVad | SemanticVad | None
+    ) -> None:
+        self.turn_detection = turn_detection
+        if requested is not None:
+            self.create_response = requested.create_response is not False
+            self.interrupt_response = requested.interrupt_response is not False
 
     def describe(self) -> RealtimeSessionCreateRequest:
         turn = self.turn_detection
@@ -77,6 +110,7 @@ class SessionSettings:
             type="realtime",
             model=self.model_name,
             instructions=self.instructions,
+            max_output_tokens=self.max_output_tokens if self.max_output_tokens is not None else "inf",
             output_modalities=["audio"],
             audio=RealtimeAudioConfig(
                 input=RealtimeAudioConfigInput(
@@ -95,3 +129,9 @@ class SessionSettings:
                 output=RealtimeAudioConfigOutput(format=AUDIO_FORMAT),
             ),
         )
+
+
+def check_range(value: float, low: float, high: float, param: str) -> None:
+    """``invalid_value`` unless ``low <= value <= high`` (NaN is never in range)."""
+    if not low <= value <= high:
+        raise ProtocolError("invalid_value", f"{param.rsplit('.', 1)[-1]} must be from {low:g} to {high:g}", param)

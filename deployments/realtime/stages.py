@@ -3,11 +3,14 @@
 The session code sees only these small protocols; :class:`ServeStages` implements them
 with Serve deployment handles, and tests implement them with coroutines and async
 generators they control, so the session logic runs without Ray or models.
+:class:`BoundedStages` puts a time bound on every wait for a stage and turns each failure
+into a :class:`StageFailure` that says, in our words, which stage failed.
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Generator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 from ray.serve.handle import DeploymentHandle
@@ -17,6 +20,31 @@ from handlers.llm import ChatMessage
 from handlers.vad import VADEvent, VADState
 
 T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
+StageName = Literal["vad", "stt", "llm", "tts"]
+_STAGE_WORDS: dict[StageName, str] = {
+    "vad": "voice activity detection",
+    "stt": "speech recognition",
+    "llm": "the language model",
+    "tts": "speech synthesis",
+}
+
+
+class StageFailure(Exception):
+    """A stage failed or did not answer in time: ``code`` and ``message`` are for the client
+    (never a replica's internals: those go to the log, as the ``__cause__``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+    @classmethod
+    def timed_out(cls, stage: StageName, timeout_s: float) -> "StageFailure":
+        return cls(f"{stage}_timeout", f"{_STAGE_WORDS[stage]} did not answer within {timeout_s:g} s")
+
+    @classmethod
+    def failed(cls, stage: StageName) -> "StageFailure":
+        return cls(f"{stage}_failed", f"{_STAGE_WORDS[stage]} failed")
 
 
 class StageCall(Protocol[T_co]):
@@ -43,6 +71,11 @@ class Stages(Protocol):
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]: ...
 
+    def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
+        """How many of the oldest non-system messages must go for the prompt to fit the
+        LLM's context with room for the answer (``LanguageModel.fit``)."""
+        ...
+
     def generate(self, request: LLMRequest) -> StageStream[str]: ...
 
     def synthesize(self, request: TTSRequest) -> StageStream[bytes]: ...
@@ -66,8 +99,93 @@ class ServeStages:
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return self.llm.prefill.remote(messages)  # type: ignore[no-any-return]
 
+    def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
+        return self.llm.fit.remote(messages)  # type: ignore[no-any-return]
+
     def generate(self, request: LLMRequest) -> StageStream[str]:
         return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]
 
     def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
         return self.tts.options(stream=True).synthesize.remote(request)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class BoundedStages:
+    """``stages`` with every wait bounded by ``timeout_s`` (a call's result, a stream's next
+    item) and every failure a :class:`StageFailure`: a stage that dies or hangs ends the
+    response within seconds, with a message that is ours."""
+
+    stages: Stages
+    timeout_s: float
+
+    def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
+        return _bounded(self.stages.detect(state, audio), "vad", self.timeout_s)
+
+    def transcribe(self, audio: np.ndarray) -> StageCall[str]:
+        return _BoundedCall(self.stages.transcribe(audio), "stt", self.timeout_s)
+
+    def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
+        return _bounded(self.stages.prefill(messages), "llm", self.timeout_s)
+
+    def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
+        return _bounded(self.stages.fit(messages), "llm", self.timeout_s)
+
+    def generate(self, request: LLMRequest) -> StageStream[str]:
+        return _BoundedStream(self.stages.generate(request), "llm", self.timeout_s)
+
+    def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
+        return _BoundedStream(self.stages.synthesize(request), "tts", self.timeout_s)
+
+
+async def _bounded(call: Awaitable[T], stage: StageName, timeout_s: float) -> T:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await call
+    except TimeoutError:
+        raise StageFailure.timed_out(stage, timeout_s) from None
+    except Exception as exc:
+        raise StageFailure.failed(stage) from exc
+
+
+class _BoundedCall(StageCall[T_co]):
+    def __init__(self, call: StageCall[T_co], stage: StageName, timeout_s: float) -> None:
+        self._call, self._stage, self._timeout_s = call, stage, timeout_s
+
+    def __await__(self) -> Generator[Any, None, T_co]:
+        return self._result().__await__()
+
+    async def _result(self) -> T_co:
+        try:
+            return await _bounded(self._call, self._stage, self._timeout_s)
+        except StageFailure:
+            self._call.cancel()  # a hung call must not go on holding its replica
+            raise
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class _BoundedStream(StageStream[T_co]):
+    def __init__(self, stream: StageStream[T_co], stage: StageName, timeout_s: float) -> None:
+        self._stream, self._stage, self._timeout_s = stream, stage, timeout_s
+
+    def __aiter__(self) -> AsyncIterator[T_co]:
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[T_co]:
+        items = aiter(self._stream)
+        while True:
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    item = await anext(items)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                self._stream.cancel()
+                raise StageFailure.timed_out(self._stage, self._timeout_s) from None
+            except Exception as exc:
+                raise StageFailure.failed(self._stage) from exc
+            yield item
+
+    def cancel(self) -> None:
+        self._stream.cancel()

@@ -34,7 +34,7 @@ from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import new_id, server_event
 from deployments.realtime.response import Responder, ResponseRun, Spawn
 from deployments.realtime.settings import SessionSettings
-from deployments.realtime.stages import StageCall, Stages
+from deployments.realtime.stages import StageCall, StageFailure, Stages
 from deployments.realtime.timeline import Timeline
 from handlers.audio import SPEECH_RATE
 from handlers.llm import ChatMessage
@@ -194,7 +194,9 @@ class TurnTaker:
             item.text = await transcript
         except Exception as exc:
             logger.warning("transcription of %s failed: %r", item.id, exc)
-            error = {"type": "server_error", "code": "transcription_failed", "message": "the audio was not transcribed"}
+            item.transcription_failed = True
+            code, message = (exc.code, exc.message) if isinstance(exc, StageFailure) else ("stt_failed", "failed")
+            error = {"type": "server_error", "code": code, "message": f"the audio was not transcribed: {message}"}
             self._outbox.put(
                 server_event(
                     ConversationItemInputAudioTranscriptionFailedEvent, item_id=item.id, content_index=0, error=error

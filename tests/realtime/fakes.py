@@ -120,6 +120,8 @@ class FakeStages:
         self.llm_streams: list[FakeStream] = []
         self.llm_requests: list[LLMRequest] = []
         self.prefills: list[list[dict[str, str]]] = []
+        self.fits: list[list[dict[str, str]]] = []
+        self.context_chars = 10**9
         self.tts_gate = Gate()
         self.session_tts_gates: dict[str, Gate] = {}
         """Gates for one session's TTS requests only, by scope session id."""
@@ -142,6 +144,14 @@ class FakeStages:
 
     async def prefill(self, messages: list[dict[str, str]]) -> None:
         self.prefills.append(messages)
+
+    async def fit(self, messages: list[dict[str, str]]) -> int:
+        """Drops what a context of ``context_chars`` characters cannot hold, oldest first."""
+        self.fits.append(messages)
+        dropped = 0
+        while sum(len(m["content"]) for m in messages[dropped:]) > self.context_chars:
+            dropped += 1
+        return dropped
 
     def generate(self, request: LLMRequest) -> FakeStream:
         self.llm_requests.append(request)
