@@ -21,6 +21,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         _configured(TTS, config.tts.deployment).bind(config.tts.handler, synthetic),
         config.ingress,
         _model_name(config),
+        None if synthetic is not None else config.llm.handler.max_model_len - config.llm.handler.max_tokens,
     )
 
 

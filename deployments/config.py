@@ -103,6 +103,15 @@ class IngressConfig(BaseModel):
     when the LLM has several: then it only costs that prefill)."""
     history_items: int = Field(40, ge=2)
     """Conversation items kept for the LLM prompt (oldest dropped first)."""
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key clients must present (as
+    ``Authorization: Bearer <key>``, or the ``openai-insecure-api-key.<key>`` subprotocol that
+    browsers use); ``None``: no key. The replica fails to start if the variable is unset."""
+    allowed_origins: list[str] | None = None
+    """Origins a browser may connect from (``None``: any). Clients that send no ``Origin``
+    header (SDKs, servers) are not browsers and are not checked."""
+    ready_timeout_s: float = Field(2.0, gt=0)
+    """How long ``/readyz`` waits for each model deployment to answer."""
     shutdown_poll_s: float = Field(5.0, gt=0)
     """How often open sessions check for a shutdown (a Serve status call costs ~50 ms CPU)."""
 

@@ -1,13 +1,17 @@
-"""The WebSocket ingress: ``/v1/realtime`` (OpenAI Realtime) and ``/healthz``.
+"""The WebSocket ingress: ``/v1/realtime`` (OpenAI Realtime), ``/healthz`` and ``/readyz``.
 
-It owns the sessions of its replica: the session cap (refused with an ``error`` event and
-a close code, never a hung handshake), the cancel-scope directory their scopes live in,
-and graceful shutdown (stop accepting, end responses, close every socket with 1001).
+It owns the sessions of its replica: access (an optional API key and allowed origins,
+checked before the handshake is accepted, so a refused client gets HTTP 403 and no session
+state exists), the session cap (refused with an ``error`` event and a close code, never a
+hung handshake), the cancel-scope directory their scopes live in, and graceful shutdown
+(stop accepting, end responses, close every socket with 1001).
 """
 
 import asyncio
 import contextlib
+import hmac
 import logging
+import os
 
 import ray
 from fastapi import FastAPI, WebSocket
@@ -26,6 +30,7 @@ from deployments.realtime.protocol import ProtocolError, encode, error_event
 logger = logging.getLogger(__name__)
 
 CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY_VIOLATION = 1008
 CLOSE_INTERNAL_ERROR = 1011
 CLOSE_TRY_AGAIN_LATER = 1013
 
@@ -58,12 +63,22 @@ def _fetch_app_status() -> "ApplicationStatusOverview | None":
 
 
 REALTIME_SUBPROTOCOL = "realtime"
+API_KEY_SUBPROTOCOL = "openai-insecure-api-key."
 
 
 def _chosen_subprotocol(offered: list[str]) -> str | None:
     """Browsers' Realtime clients offer ``realtime`` (and ``openai-insecure-api-key.<key>``)
     and fail the handshake unless the server selects one; others offer none."""
     return REALTIME_SUBPROTOCOL if REALTIME_SUBPROTOCOL in offered else None
+
+
+def _api_key(variable: str | None) -> bytes | None:
+    if variable is None:
+        return None
+    key = os.environ.get(variable)
+    if not key:
+        raise RuntimeError(f"ingress.api_key_env names {variable!r}, which is not set in the replica's environment")
+    return key.encode()
 
 
 def _metrics_urls() -> list[str]:
@@ -86,10 +101,14 @@ class RealtimeIngress:
         tts: DeploymentHandle,
         config: IngressConfig,
         model_name: str,
+        prompt_budget_tokens: int | None = None,
     ) -> None:
         self._stages = ServeStages(vad, stt, llm, tts)
+        self._models = {"vad": vad, "stt": stt, "llm": llm, "tts": tts}
         self._config = config
         self._model_name = model_name
+        self._prompt_budget_tokens = prompt_budget_tokens
+        self._api_key = _api_key(config.api_key_env)
         self._sessions: set[RealtimeSession] = set()
         self._admitted = 0
         """Sessions counted against the cap: from admission (before any await) to the end."""
@@ -108,6 +127,24 @@ class RealtimeIngress:
             "scopes": directory.open_sessions if directory is not None else 0,
         }
         return JSONResponse(body, status_code=503 if self._closing else 200)
+
+    @api.get("/readyz")
+    async def readyz(self) -> JSONResponse:
+        """Ready when every model deployment answers (a replica answers once its model has
+        loaded): ``make run`` and load balancers wait for this, not for the ingress alone."""
+        answers = await asyncio.gather(*(self._ready(handle) for handle in self._models.values()))
+        models = dict(zip(self._models, answers, strict=True))
+        ready = all(models.values()) and not self._closing
+        return JSONResponse({"ready": ready, "models": models}, status_code=200 if ready else 503)
+
+    async def _ready(self, model: DeploymentHandle) -> bool:
+        call = model.ready.remote()
+        try:
+            async with asyncio.timeout(self._config.ready_timeout_s):
+                return bool(await call)
+        except Exception:
+            call.cancel()
+            return False
 
     async def check_health(self) -> None:
         """Serve replaces this replica if it cannot open cancel scopes for new sessions."""
@@ -133,7 +170,11 @@ class RealtimeIngress:
 
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
-        await websocket.accept(subprotocol=_chosen_subprotocol(websocket.scope.get("subprotocols", [])))
+        offered: list[str] = websocket.scope.get("subprotocols", [])
+        if not self._allowed(websocket, offered):
+            await websocket.close(CLOSE_POLICY_VIOLATION)  # before accept: HTTP 403
+            return
+        await websocket.accept(subprotocol=_chosen_subprotocol(offered))
         refusal = self._refusal()
         if refusal is not None:
             await websocket.send_text(encode(refusal))
@@ -155,7 +196,13 @@ class RealtimeIngress:
             await websocket.close(CLOSE_INTERNAL_ERROR, error.code)
             return
         session = RealtimeSession(
-            websocket, self._stages, self._config, scope, self._model_name, SessionMetrics(self._metrics)
+            websocket,
+            self._stages,
+            self._config,
+            scope,
+            self._model_name,
+            SessionMetrics(self._metrics),
+            self._prompt_budget_tokens,
         )
         self._sessions.add(session)
         self._metrics.active_sessions.set(len(self._sessions))
@@ -167,6 +214,21 @@ class RealtimeIngress:
             self._metrics.active_sessions.set(len(self._sessions))
             with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
                 await scope.close()
+
+    def _allowed(self, websocket: WebSocket, offered: list[str]) -> bool:
+        """The API key (if one is set), compared in constant time, and the origin."""
+        origin = websocket.headers.get("origin")
+        allowed_origins = self._config.allowed_origins
+        if origin is not None and allowed_origins is not None and origin not in allowed_origins:
+            return False
+        if self._api_key is None:
+            return True
+        scheme, _, bearer = websocket.headers.get("authorization", "").partition(" ")
+        presented = [bearer] if scheme.lower() == "bearer" else []
+        presented += [p.removeprefix(API_KEY_SUBPROTOCOL) for p in offered if p.startswith(API_KEY_SUBPROTOCOL)]
+        # Every candidate is compared: the time taken says nothing about which one was close.
+        matches = [hmac.compare_digest(key.encode(), self._api_key) for key in presented]
+        return any(matches)
 
     def _refusal(self) -> RealtimeErrorEvent | None:
         if self._closing:

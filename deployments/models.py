@@ -39,6 +39,10 @@ class VAD:
         events = self._detector.detect(state, samples)
         return state, events
 
+    def ready(self) -> bool:
+        """Answering at all means the model is loaded (it loads in ``__init__``)."""
+        return True
+
 
 @serve.deployment
 class STT:
@@ -48,6 +52,9 @@ class STT:
 
     def transcribe(self, audio: np.ndarray) -> str:
         return self._stt.transcribe(audio)
+
+    def ready(self) -> bool:
+        return True
 
 
 @serve.deployment
@@ -80,6 +87,10 @@ class LLM:
     async def check_health(self) -> None:
         await self._model.check_health()
 
+    async def ready(self) -> bool:
+        await self._model.check_health()
+        return True
+
     def __del__(self) -> None:
         model = getattr(self, "_model", None)  # absent when __init__ failed
         if model is not None:
@@ -94,6 +105,9 @@ class TTS:
         )
         for _ in self._tts.synthesize("Ready."):  # first call pays phonemizer and ONNX setup
             pass
+
+    def ready(self) -> bool:
+        return True
 
     async def synthesize(self, request: TTSRequest) -> AsyncIterator[bytes]:
         """PCM16 at the configured rate, one chunk per sentence; stops between sentences once

@@ -1,5 +1,6 @@
-"""Print the WebSocket URL once the app answers ``/healthz`` (``make run`` starts this
-beside ``serve run``, which does not say when every replica is up)."""
+"""Print the WebSocket URL once the app is ready: ``/readyz`` answers 200 only when every
+model deployment answers (``make run`` starts this beside ``serve run``, which does not say
+when every replica is up)."""
 
 import argparse
 import sys
@@ -16,7 +17,7 @@ def main() -> None:
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/healthz", timeout=2) as reply:
+            with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/readyz", timeout=10) as reply:
                 if reply.status == 200:
                     print(f"\n  Voice agent ready: ws://127.0.0.1:{args.port}/v1/realtime\n", flush=True)
                     return

@@ -1,6 +1,8 @@
 """Shared fixtures: one real local Ray cluster and the real CPU speech models, each
 started once per test session (they take seconds to start)."""
 
+import os
+import secrets
 import socket
 from collections.abc import Callable, Iterator
 
@@ -16,6 +18,8 @@ from handlers.tts import TextToSpeech
 def ray_local() -> Iterator[None]:
     import ray
 
+    # Replicas inherit this environment: the API-key tests' app reads its key from it.
+    os.environ.setdefault("S2S_E2E_API_KEY", secrets.token_urlsafe(24))
     # The dashboard serves the state API that leak checks use (ray.util.state).
     ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False)
     yield

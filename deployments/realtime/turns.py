@@ -127,11 +127,11 @@ class TurnTaker:
 
     def commit(self, utterance: np.ndarray, item_id: str, transcript: "asyncio.Future[str] | None" = None) -> None:
         """Add the user's audio item; ``transcript`` is an STT call already under way."""
+        transcript = transcript or _transcript(self._stages.transcribe(utterance))  # first: it may raise
         item = Item(item_id, "user", transcribed=asyncio.get_running_loop().create_future())
         previous = self._conversation.add(item)
         self._outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
         self._outbox.put(server_event(ConversationItemAdded, item=wire_item(item), previous_item_id=previous))
-        transcript = transcript or _transcript(self._stages.transcribe(utterance))
         self._spawn(self._transcribe(item, transcript, len(utterance) / SPEECH_RATE, previous))
 
     def _speculate(self, vad: SpeechPaused, audio: np.ndarray, lag_s: float | None) -> None:

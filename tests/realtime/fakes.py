@@ -129,6 +129,9 @@ class FakeStages:
         self.tts_chunk_ms = 300
         self.tts_streams: list[FakeStream] = []
         self.fail_transcribe: BaseException | None = None
+        """Raised by the call itself (a bug in calling the stage)."""
+        self.fail_transcribe_async = False
+        """The call fails on its replica."""
 
     async def detect(self, state: VADState, audio: np.ndarray) -> tuple[VADState, list[VADEvent]]:
         self.vad_calls += 1
@@ -138,9 +141,14 @@ class FakeStages:
     def transcribe(self, audio: np.ndarray) -> FakeCall:
         if self.fail_transcribe is not None:
             raise self.fail_transcribe
-        call = FakeCall(lambda: self.transcript, self.stt_gate)
+        call = FakeCall(self._transcribed, self.stt_gate)
         self.stt_calls.append(call)
         return call
+
+    def _transcribed(self) -> str:
+        if self.fail_transcribe_async:
+            raise ConnectionError("STT replica died")
+        return self.transcript
 
     async def prefill(self, messages: list[dict[str, str]]) -> None:
         self.prefills.append(messages)
@@ -248,7 +256,13 @@ def append_audio(socket: FakeSocket, pcm: bytes, frame_ms: int = 100) -> None:
 class Harness:
     """One session on fake stages, running as a task."""
 
-    def __init__(self, stages: FakeStages | None = None, name: str = "session", **config: Any) -> None:
+    def __init__(
+        self,
+        stages: FakeStages | None = None,
+        name: str = "session",
+        prompt_budget_tokens: int | None = None,
+        **config: Any,
+    ) -> None:
         self.stages = stages or FakeStages()
         self.socket = FakeSocket()
         self.scope = FakeScope(name)
@@ -260,6 +274,7 @@ class Harness:
             self.scope,
             "fake",
             SessionMetrics(IngressMetrics()),
+            prompt_budget_tokens,
         )
         self.task: asyncio.Task[None] | None = None
 
