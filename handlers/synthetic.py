@@ -50,6 +50,9 @@ class SyntheticConfig(BaseModel):
     """Length of the TTS tone per word of text."""
     tts_hold_s_per_sentence: float = Field(0.05, ge=0)
     """Time a TTS replica is busy per sentence; one sentence at a time per replica."""
+    llm_load_s: float = Field(0.0, ge=0)
+    """Time the scripted LLM takes to load, as a real engine takes seconds to minutes (for
+    testing start-up and readiness)."""
 
 
 def question_tone(number: int, seconds: float, rate: int = SPEECH_RATE) -> np.ndarray:
@@ -114,6 +117,7 @@ class ScriptedLanguageModel:
     def __init__(self, config: SyntheticConfig) -> None:
         self.config = config
         self._running = 0
+        time.sleep(config.llm_load_s)  # loading, as a real engine does in its constructor
 
     async def stream(
         self,
