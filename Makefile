@@ -29,13 +29,10 @@ $(INSTALLED): pyproject.toml Makefile
 assets: install
 	$(PY) -m handlers.assets
 
-# Serves cluster/local.yaml on $(PORT) and prints the WebSocket URL once every replica is up.
-# Ctrl-C stops `serve run`, which shuts Serve and Ray down.
+# Serves cluster/local.yaml on $(PORT) and prints the WebSocket URL once every model answers.
+# Ctrl-C closes the sessions (1001) and stops every process of the app within 12 s.
 run: install assets
-	sed 's/^  port: 8000$$/  port: $(PORT)/' cluster/local.yaml > $(VENV)/serve-local.yaml
-	$(PY) -m deployments.ready --port $(PORT) & \
-	trap 'kill $$! 2>/dev/null' EXIT; \
-	$(VENV)/bin/serve run $(VENV)/serve-local.yaml
+	$(PY) -m deployments.serve_local cluster/local.yaml --port $(PORT)
 
 # One spoken turn through the four real models in one process, no Ray.
 demo: install assets

@@ -2,9 +2,10 @@
 
 import jiwer
 import numpy as np
+import pytest
 
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
-from handlers.llm import LanguageModel
+from handlers.llm import LanguageModel, PromptTooLong
 from handlers.stt import COMPRESSION_RATIO_LIMIT, SpeechToText, STTConfig, _compression_ratio
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
@@ -224,3 +225,31 @@ def test_utterance_buffer_keeps_prefix_and_stays_bounded() -> None:
 
 def test_stt_ignores_tiny_audio(stt: SpeechToText) -> None:
     assert stt.transcribe(np.zeros(100, dtype=np.float32)) == ""
+
+
+async def test_llm_fits_any_conversation_into_its_context(llm: LanguageModel) -> None:
+    """Counted with the model's own tokenizer: a conversation past the context loses its
+    oldest turns (down to half the budget, so later turns keep the same opening), never
+    the newest; what is left is answered."""
+    turn = "Tell me about the history of the river and the old town beside it. " * 8
+    conversation: list[dict[str, str]] = [{"role": "system", "content": "Answer briefly."}]
+    for number in range(30):
+        conversation += [{"role": "user", "content": f"{number}: {turn}"}, {"role": "assistant", "content": turn}]
+    conversation.append({"role": "user", "content": "What is the capital of France?"})
+    assert llm.prompt_tokens(conversation) > llm.config.max_model_len
+
+    dropped = llm.fit(conversation)
+    fitted = conversation[:1] + conversation[1 + dropped :]
+    assert llm.prompt_tokens(fitted) <= llm.prompt_budget // 2
+    assert llm.prompt_tokens(conversation[:1] + conversation[dropped:]) > llm.prompt_budget // 2  # no more than needed
+    assert fitted[0]["role"] == "system" and fitted[-1]["content"] == "What is the capital of France?"
+    assert llm.fit(fitted) == 0
+    reply = "".join([d async for d in llm.stream(fitted)])
+    assert "paris" in reply.lower()
+
+
+async def test_llm_refuses_a_prompt_with_no_room_for_an_answer(llm: LanguageModel) -> None:
+    huge = [{"role": "user", "content": "word " * 3000}]
+    with pytest.raises(PromptTooLong, match="leaves"):
+        await anext(llm.stream(huge))
+    assert llm.unfinished_requests() == 0
