@@ -306,3 +306,24 @@ def _answers(url: str) -> bool:
             return reply.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+async def test_a_client_that_vanishes_mid_flood_frees_its_session_at_once(edges: str) -> None:
+    """No backlog hides the disconnect: the session ends within seconds of the client's
+    socket going away, not after its queued audio has been worked through."""
+    chunk = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(48000)).decode()})
+    ws = await connect(f"ws://{edges}/v1/realtime")
+    await receive(ws, "session.created")
+    assert sessions(edges) == 1
+    for _ in range(60):
+        await ws.send(chunk)
+    ws.transport.abort()  # gone without a close handshake, as a crashed client or a lost network
+    vanished = time.monotonic()
+    while sessions(edges) > 0:
+        assert time.monotonic() - vanished < 5, "the session outlived its client"
+        await asyncio.sleep(0.1)  # polling the server's count: there is no event to wait on
+
+
+def sessions(edges: str) -> int:
+    with urllib.request.urlopen(f"http://{edges}/healthz", timeout=10) as reply:
+        return int(json.loads(reply.read())["sessions"])
