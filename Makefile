@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install assets run demo test lint bench-handlers bench-cancel bench-e2e loadtest-scaling
+.PHONY: install assets run demo test lint bench-handlers bench-cancel bench-e2e loadtest-scaling soak
 
 install: $(INSTALLED)
 
@@ -57,6 +57,10 @@ bench-cancel: install
 
 bench-e2e: install assets
 	$(PY) -m loadtest.bench_e2e
+
+# Ten minutes of interrupting sessions (synthetic engines): ingress RSS growth, leaked actors.
+soak: install
+	$(PY) -m loadtest.soak
 
 # Serving-layer throughput with 1, 2 and 4 fixed TTS replicas (synthetic engines).
 loadtest-scaling: install

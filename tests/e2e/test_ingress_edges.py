@@ -66,8 +66,7 @@ async def receive(ws: ClientConnection, event_type: str, timeout_s: float = 30) 
 
 async def answered(ws: ClientConnection, question: int = 3) -> str:
     """Ask a text question; the scripted answer's transcript once ``response.done`` is completed."""
-    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Question {question}."}]}
-    await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+    await ws.send(text_item(f"Question {question}."))
     await ws.send(json.dumps({"type": "response.create"}))
     done = await receive(ws, "response.done")
     assert done["response"]["status"] == "completed"
@@ -75,59 +74,30 @@ async def answered(ws: ClientConnection, question: int = 3) -> str:
     return transcript
 
 
+def vad_update(**turn_detection: Any) -> str:
+    turn = {"type": "server_vad", **turn_detection}
+    return json.dumps(
+        {"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": turn}}}}
+    )
+
+
+def text_item(text: str) -> str:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return json.dumps({"type": "conversation.item.create", "item": item})
+
+
 BAD = [
     ("[" * 1000 + "]" * 1000, "invalid_json"),
     ('{"type": "session.update", "event_id": ' + "7" * 5000 + "}", "invalid_json"),
     ('{"type": {"nested": true}}', "invalid_event"),
-    (
-        json.dumps(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 5}}},
-                },
-            }
-        ),
-        "invalid_value",
-    ),  # noqa: E501
-    (
-        json.dumps(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 20000}}},
-                },
-            }
-        ),
-        "invalid_value",
-    ),  # noqa: E501
-    (
-        json.dumps(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "audio": {"input": {"turn_detection": {"type": "server_vad", "prefix_padding_ms": -1}}},
-                },
-            }
-        ),
-        "invalid_value",
-    ),  # noqa: E501
+    (vad_update(threshold=5), "invalid_value"),
+    (vad_update(silence_duration_ms=20000), "invalid_value"),
+    (vad_update(prefix_padding_ms=-1), "invalid_value"),
     (
         json.dumps({"type": "conversation.item.truncate", "item_id": "x", "content_index": 7, "audio_end_ms": -1}),
         "invalid_value",
-    ),  # noqa: E501
-    (
-        json.dumps(
-            {
-                "type": "conversation.item.create",
-                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x" * 100_000}]},
-            }
-        ),
-        "invalid_value",
-    ),  # noqa: E501
+    ),
+    (text_item("x" * 100_000), "invalid_value"),
     (json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 300_000}), "event_too_large"),
     (json.dumps({"type": "input_audio_buffer.append", "audio": "%%%"}), "invalid_value"),
 ]
@@ -143,6 +113,8 @@ async def test_bad_input_matrix_gets_errors_and_the_session_goes_on(edges: str) 
         assert (await answered(ws, 3)).startswith("Answer 3:")
 
 
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+JSON_VALUES = SCALARS | st.lists(SCALARS, max_size=3) | st.dictionaries(st.text(max_size=6), SCALARS, max_size=3)
 EVENTS = st.one_of(
     st.sampled_from(
         [
@@ -156,11 +128,7 @@ EVENTS = st.one_of(
     ),
     st.dictionaries(
         st.sampled_from(["type", "event_id", "session", "item", "audio"]),
-        st.recursive(
-            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
-            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-            max_leaves=6,
-        ),
+        JSON_VALUES,
         max_size=3,
     ).map(json.dumps),
     st.text(max_size=30),

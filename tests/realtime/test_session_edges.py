@@ -202,6 +202,10 @@ async def test_a_long_conversation_keeps_to_the_context_and_keeps_working() -> N
         assert len(kept) < 24 and kept[-1].role == "assistant"
 
 
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+JSON_VALUES = SCALARS | st.lists(SCALARS, max_size=3) | st.dictionaries(st.text(max_size=6), SCALARS, max_size=3)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
@@ -221,11 +225,7 @@ async def test_a_long_conversation_keeps_to_the_context_and_keeps_working() -> N
             ),
             st.dictionaries(
                 st.sampled_from(["type", "event_id", "session", "item", "audio", "response"]),
-                st.recursive(
-                    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                    max_leaves=8,
-                ),
+                JSON_VALUES,
                 max_size=4,
             ),
             st.text(max_size=40),
