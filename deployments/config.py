@@ -57,13 +57,15 @@ class InputLimits(BaseModel):
     answered with an ``error``. 1 MiB of base64 is ~21 s of 24 kHz PCM16."""
     audio_rate: float = Field(2.0, gt=0)
     """Audio accepted per second of wall time, in seconds of audio, once the burst is spent."""
-    audio_burst_s: float = Field(30.0, gt=0)
-    """Audio a client may send at once (it then gets ``audio_rate``)."""
+    audio_burst_s: float = Field(20.0, gt=0)
+    """Audio a client may send at once (it then gets ``audio_rate``): a recorded question
+    sent whole is accepted. Keep it below ``max_queued_audio_s``, or a burst alone could
+    overflow the backlog while the VAD works through it."""
     events_per_s: float = Field(200.0, gt=0)
     """Client events of any type per second, once ``event_burst`` is spent (audio is usually
     sent as 20-100 ms chunks: 10-50 events per second)."""
     event_burst: int = Field(400, ge=1)
-    max_queued_audio_s: float = Field(10.0, gt=0)
+    max_queued_audio_s: float = Field(30.0, gt=0)
     """Audio waiting for the VAD; only a VAD that falls behind lets it grow."""
     strikes: int = Field(20, ge=1)
     """Refused events within ``strike_window_s`` that close the session (1008)."""
