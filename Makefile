@@ -43,7 +43,7 @@ test: lint assets
 	$(PY) -m pytest
 
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
-TYPED := cancel handlers deployments loadtest
+TYPED := cancel handlers deployments loadtest helm/values_schema.py
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

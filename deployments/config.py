@@ -23,8 +23,8 @@ class DeploymentOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     num_replicas: int | Literal["auto"] | None = 1
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
     max_ongoing_requests: int = 16
     autoscaling_config: dict[str, Any] | None = None
     graceful_shutdown_timeout_s: float = 20.0

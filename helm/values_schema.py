@@ -1,0 +1,99 @@
+"""Write ``helm/s2s-serve/values.schema.json``: the chart's own values, and under
+``serve.app.args`` the application's :class:`deployments.config.AppConfig` as pydantic
+describes it, so ``helm install`` refuses what ``build_app`` would refuse, before anything
+reaches the cluster. ``python helm/values_schema.py`` (``make chart-schema``) after changing
+either; ``tests/helm`` fails while the file is stale."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from deployments.config import AppConfig
+
+SCHEMA = Path(__file__).parent / "s2s-serve" / "values.schema.json"
+
+_STRING = {"type": "string"}
+_RESOURCES = {
+    "type": "object",
+    "properties": {"requests": {"type": "object"}, "limits": {"type": "object"}},
+    "additionalProperties": False,
+}
+_PLACEMENT = {"nodeSelector": {"type": "object"}, "tolerations": {"type": "array", "items": {"type": "object"}}}
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required or [], "additionalProperties": False}
+
+
+def values_schema() -> dict[str, Any]:
+    app_config = AppConfig.model_json_schema()
+    definitions = app_config.pop("$defs")
+    worker_group = _object(
+        {
+            "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            "replicas": {"type": "integer", "minimum": 0},
+            "minReplicas": {"type": "integer", "minimum": 0},
+            "maxReplicas": {"type": "integer", "minimum": 1},
+            "gpus": {"type": "integer", "minimum": 0},
+            "resources": _RESOURCES,
+            **_PLACEMENT,
+        },
+        ["name", "replicas", "minReplicas", "maxReplicas", "gpus", "resources"],
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "s2s-serve chart values",
+        **_object(
+            {
+                "image": _object(
+                    {
+                        "repository": _STRING,
+                        "tag": _STRING,
+                        "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+                    },
+                    ["repository", "tag"],
+                ),
+                "imagePullSecrets": {"type": "array", "items": {"type": "object"}},
+                "hubToken": _object({"secretName": _STRING, "key": _STRING}),
+                "serve": _object(
+                    {
+                        "proxyLocation": {"enum": ["Disabled", "HeadOnly", "EveryNode"]},
+                        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                        "app": _object(
+                            {"name": _STRING, "routePrefix": _STRING, "importPath": _STRING, "args": app_config},
+                            ["name", "routePrefix", "importPath", "args"],
+                        ),
+                    },
+                    ["proxyLocation", "port", "app"],
+                ),
+                "head": _object({"resources": _RESOURCES, **_PLACEMENT}),
+                "workerGroups": {"type": "array", "items": worker_group, "minItems": 1},
+                "autoscaler": _object(
+                    {
+                        "idleTimeoutSeconds": {"type": "integer", "minimum": 0},
+                        "upscalingMode": {"enum": ["Default", "Aggressive", "Conservative"]},
+                    }
+                ),
+                "service": _object(
+                    {"type": {"enum": ["ClusterIP", "NodePort", "LoadBalancer"]}, "annotations": {"type": "object"}}
+                ),
+                "ingress": _object(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "className": _STRING,
+                        "host": _STRING,
+                        "tls": {"type": "array"},
+                        "annotations": {"type": "object"},
+                    }
+                ),
+                "serviceMonitor": _object({"enabled": {"type": "boolean"}, "interval": _STRING}),
+            },
+            ["image", "serve", "workerGroups"],
+        ),
+        "$defs": definitions,
+    }
+
+
+if __name__ == "__main__":
+    SCHEMA.write_text(json.dumps(values_schema(), indent=2) + "\n")
+    print(f"wrote {SCHEMA}")

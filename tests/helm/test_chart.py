@@ -1,0 +1,167 @@
+"""The Helm chart rendered by the real Helm engine (helm-python-sdk, no binary), each
+RayService validated against KubeRay v1.7.0's CRD with unknown fields rejected, its Serve
+config against Serve's own schema and our app builder, and kept equal to cluster/gpu.yaml."""
+
+import copy
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from deployments.config import AppConfig
+
+ROOT = Path(__file__).parents[2]
+CHART = ROOT / "helm" / "s2s-serve"
+CRD = ROOT.parent / "shared" / "crds" / "ray.io_rayservices.yaml"
+sys.path.insert(0, str(ROOT / "helm"))
+from values_schema import SCHEMA, values_schema  # noqa: E402
+
+GPU_HEAVY = {
+    "serve": {
+        "app": {
+            "args": {
+                "stt": {"deployment": {"num_gpus": 1, "num_replicas": 2}},
+                "llm": {"deployment": {"num_gpus": 2}},
+                "tts": {"deployment": {"num_gpus": 0.5}},
+            }
+        }
+    },
+    "workerGroups": [
+        {"name": "h100", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "gpus": 8, "resources": {}},
+        {"name": "l4", "replicas": 0, "minReplicas": 0, "maxReplicas": 8, "gpus": 1, "resources": {}},
+    ],
+    "hubToken": {"secretName": "hf", "key": "token"},
+    "ingress": {"enabled": True},
+    "serviceMonitor": {"enabled": True},
+}
+MANY_TTS = {
+    "serve": {
+        "app": {"args": {"tts": {"deployment": {"autoscaling_config": {"min_replicas": 4, "max_replicas": 32}}}}}
+    },
+    "workerGroups": [{"name": "gpu", "replicas": 4, "minReplicas": 2, "maxReplicas": 20, "gpus": 2, "resources": {}}],
+}
+
+
+def render(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    manifests = helm.Chart.load(CHART).render(values, name="voice", namespace="agents")
+    return {path: yaml.safe_load(text) for path, text in manifests.items() if path.endswith(".yaml") and text.strip()}
+
+
+def rayservice(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    return render(values)["s2s-serve/templates/rayservice.yaml"]
+
+
+def closed(schema: Any) -> Any:
+    """The CRD schema with unknown fields rejected, as the API server's structural pruning
+    would silently drop them (x-kubernetes-preserve-unknown-fields stays open)."""
+    if isinstance(schema, dict):
+        schema = {key: closed(value) for key, value in schema.items()}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema.setdefault("additionalProperties", False)
+        return schema
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    return schema
+
+
+CRD_SCHEMA = closed(
+    next(v for v in yaml.safe_load(CRD.read_text())["spec"]["versions"] if v["name"] == "v1")["schema"][
+        "openAPIV3Schema"
+    ]
+)
+
+
+@pytest.mark.parametrize("values", [None, GPU_HEAVY, MANY_TTS], ids=["default", "gpu-heavy", "many-tts"])
+def test_rendered_rayservice_is_valid_for_kuberay_serve_and_the_app(values: dict[str, Any] | None) -> None:
+    service = rayservice(values)
+    jsonschema.validate(service, CRD_SCHEMA)
+    serve_config = ServeDeploySchema.model_validate(yaml.safe_load(service["spec"]["serveConfigV2"]))
+    (app,) = serve_config.applications
+    module, _, builder = app.import_path.partition(":")
+    built = getattr(importlib.import_module(module), builder)(app.args)
+    assert deployment_names(built) == {"RealtimeIngress", "VAD", "STT", "LLM", "TTS"}
+    AppConfig.model_validate(app.args)
+
+
+def deployment_names(app: Any) -> set[str]:
+    """The deployments an application binds, its own and those bound into its arguments."""
+    bound = app._bound_deployment  # noqa: SLF001 (Serve has no public walk of a built app)
+    names = {bound.name}
+    for arg in bound.init_args:
+        if hasattr(arg, "_bound_deployment"):
+            names |= deployment_names(arg)
+    return names
+
+
+def test_default_values_serve_exactly_cluster_gpu_yaml() -> None:
+    """One source of truth: the chart's Serve config and cluster/gpu.yaml must not drift."""
+    rendered = yaml.safe_load(rayservice()["spec"]["serveConfigV2"])
+    assert rendered == yaml.safe_load((ROOT / "cluster" / "gpu.yaml").read_text())
+
+
+def test_values_schema_is_generated_from_the_app_config() -> None:
+    assert json.loads(SCHEMA.read_text()) == values_schema(), "run: python helm/values_schema.py"
+
+
+def test_gpus_match_between_pods_and_ray_and_fit_the_models() -> None:
+    spec = rayservice()["spec"]["rayClusterConfig"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["headGroupSpec"]["rayStartParams"] == {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"}
+    most_gpus = 0
+    for group in spec["workerGroupSpecs"]:
+        (container,) = group["template"]["spec"]["containers"]
+        gpus = int(group["rayStartParams"]["num-gpus"])
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+        assert group["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+        most_gpus += gpus * group["maxReplicas"]
+    args = AppConfig.model_validate(yaml.safe_load(rayservice()["spec"]["serveConfigV2"])["applications"][0]["args"])
+    at_most = sum(
+        stage.deployment.num_gpus * (stage.deployment.autoscaling_config or {}).get("max_replicas", 1)
+        for stage in (args.stt, args.llm, args.tts)
+    )
+    assert at_most <= most_gpus
+
+
+def test_optional_parts_and_the_hub_token() -> None:
+    manifests = render(GPU_HEAVY)
+    ingress = manifests["s2s-serve/templates/ingress.yaml"]
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "voice-serve-svc"
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
+    assert manifests["s2s-serve/templates/servicemonitor.yaml"]["spec"]["endpoints"][0]["port"] == "metrics"
+    head = manifests["s2s-serve/templates/rayservice.yaml"]["spec"]["rayClusterConfig"]["headGroupSpec"]
+    (env,) = head["template"]["spec"]["containers"][0]["env"]
+    assert env == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert set(render()) == {"s2s-serve/templates/rayservice.yaml"}  # both off by default
+
+
+def test_chart_lints_clean() -> None:
+    report = helm.lint(CHART, strict=True)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        (
+            {"serve": {"app": {"args": {"tts": {"deployment": {"num_gpus": -1}}}}}},
+            "/serve/app/args/tts/deployment/num_gpus",
+        ),
+        ({"serve": {"app": {"args": {"llm": {"handler": {"dtype": "int3"}}}}}}, "/serve/app/args/llm/handler/dtype"),
+        ({"serve": {"app": {"args": {"tts": {"replicas": 3}}}}}, "/serve/app/args/tts"),
+        ({"serve": {"port": 70000}}, "/serve/port"),
+        ({"workerGroups": [{"name": "gpu", "gpus": 1}]}, "/workerGroups/0"),
+    ],
+    ids=["negative-gpus", "unknown-dtype", "unknown-field", "bad-port", "incomplete-group"],
+)
+def test_bad_values_get_a_clear_error_from_the_schema(values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm.HelmError, match=f"at '{where}"):
+        render(copy.deepcopy(values))
