@@ -19,7 +19,7 @@ from deployments.config import AppConfig
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "helm" / "s2s-serve"
-CRD = ROOT.parent / "shared" / "crds" / "ray.io_rayservices.yaml"
+CRD = ROOT / "helm" / "crds" / "ray.io_rayservices.yaml"
 sys.path.insert(0, str(ROOT / "helm"))
 from values_schema import SCHEMA, values_schema  # noqa: E402
 
