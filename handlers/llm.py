@@ -92,7 +92,10 @@ class LanguageModel:
         return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def prompt_tokens(self, messages: list[ChatMessage]) -> int:
-        return len(self._tokenizer.encode(self.prompt(messages), add_special_tokens=False))
+        return self._tokens(self.prompt(messages))
+
+    def _tokens(self, prompt: str) -> int:
+        return len(self._tokenizer.encode(prompt, add_special_tokens=False))
 
     @property
     def prompt_budget(self) -> int:
@@ -129,7 +132,8 @@ class LanguageModel:
         from vllm.sampling_params import RequestOutputKind
 
         request_id = request_id or uuid.uuid4().hex
-        room = self.config.max_model_len - self.prompt_tokens(messages)
+        prompt = self.prompt(messages)
+        room = self.config.max_model_len - self._tokens(prompt)
         if room < MIN_ANSWER_TOKENS:
             raise PromptTooLong(
                 f"the prompt leaves {room} of the model's {self.config.max_model_len} tokens for an answer"
@@ -141,7 +145,7 @@ class LanguageModel:
         )
         finished = False
         try:
-            async for output in self.engine.generate(self.prompt(messages), params, request_id):
+            async for output in self.engine.generate(prompt, params, request_id):
                 if is_stale():
                     break
                 finished = output.finished
