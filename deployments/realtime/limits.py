@@ -36,21 +36,18 @@ class InputGuard:
         self._refusals: deque[float] = deque()
 
     async def admit_event(self, size: int) -> None:
-        if size > self.limits.max_event_bytes:
-            raise LimitExceeded(
-                "event_too_large",
-                f"event of {size} bytes is over this server's limit of {self.limits.max_event_bytes} bytes",
-                "max_event_bytes",
-            )
-        await _take(
-            self._events, 1, "event_rate_exceeded", f"over {self.limits.events_per_s:g} events/s", "events_per_s"
-        )
+        limits = self.limits
+        if size > limits.max_event_bytes:
+            message = f"event of {size} bytes is over this server's limit of {limits.max_event_bytes} bytes"
+            raise LimitExceeded("event_too_large", message, "max_event_bytes")
+        if not await _took(self._events, 1):
+            raise LimitExceeded("event_rate_exceeded", f"over {limits.events_per_s:g} events/s", "events_per_s")
 
     async def admit_audio(self, seconds: float) -> None:
-        message = (
-            f"audio sent faster than {self.limits.audio_rate:g}x real time (burst {self.limits.audio_burst_s:g} s)"
-        )
-        await _take(self._audio, seconds, "input_audio_rate_exceeded", message, "audio_rate")
+        limits = self.limits
+        if not await _took(self._audio, seconds):
+            message = f"audio sent faster than {limits.audio_rate:g}x real time (burst {limits.audio_burst_s:g} s)"
+            raise LimitExceeded("input_audio_rate_exceeded", message, "audio_rate")
 
     def refused(self) -> None:
         """Count a refusal; raise ``TooManyViolations`` once there are too many too fast."""
@@ -64,9 +61,10 @@ class InputGuard:
             )
 
 
-async def _take(limiter: AsyncLimiter, amount: float, code: str, message: str, param: str) -> None:
-    """Take ``amount`` now or refuse: the receive loop never waits for a bucket to drain
-    (``acquire`` returns without suspending once there is capacity)."""
+async def _took(limiter: AsyncLimiter, amount: float) -> bool:
+    """Take ``amount`` now, or say it is not there: the receive loop never waits for a
+    bucket to drain (``acquire`` returns without suspending once there is capacity)."""
     if amount > limiter.max_rate or not limiter.has_capacity(amount):
-        raise LimitExceeded(code, message, param)
+        return False
     await limiter.acquire(amount)
+    return True
