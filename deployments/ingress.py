@@ -25,14 +25,17 @@ from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime import RealtimeSession, ServeStages
-from deployments.realtime.protocol import ProtocolError, encode, error_event
+from deployments.realtime.protocol import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_POLICY_VIOLATION,
+    CLOSE_TRY_AGAIN_LATER,
+    ProtocolError,
+    encode,
+    error_event,
+)
 
 logger = logging.getLogger(__name__)
-
-CLOSE_GOING_AWAY = 1001
-CLOSE_POLICY_VIOLATION = 1008
-CLOSE_INTERNAL_ERROR = 1011
-CLOSE_TRY_AGAIN_LATER = 1013
 
 api = FastAPI(title="s2s-serve realtime ingress")
 

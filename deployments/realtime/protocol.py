@@ -18,6 +18,12 @@ from pydantic import ValidationError
 
 from handlers.audio import REALTIME_RATE
 
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY_VIOLATION = 1008
+CLOSE_INTERNAL_ERROR = 1011
+CLOSE_TRY_AGAIN_LATER = 1013
+"""The WebSocket close codes the server uses (RFC 6455, section 7.4.1)."""
+
 AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
 """The one audio format served, in and out: PCM16 mono at 24 kHz."""
 

@@ -47,7 +47,16 @@ from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.conversation import Conversation, Item, prompt, wire_item
 from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.protocol import ProtocolError, encode, error_event, new_id, parse_client_event, server_event
+from deployments.realtime.protocol import (
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_POLICY_VIOLATION,
+    ProtocolError,
+    encode,
+    error_event,
+    new_id,
+    parse_client_event,
+    server_event,
+)
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import BoundedStages, Stages
@@ -58,8 +67,6 @@ from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode
 logger = logging.getLogger(__name__)
 
 MIN_COMMIT_MS = 100
-CLOSE_POLICY_VIOLATION = 1008
-CLOSE_INTERNAL_ERROR = 1011
 FAILURE_REPORT_TIMEOUT_S = 1.0
 
 Handler = Callable[[Any], Awaitable[None]]
