@@ -30,10 +30,17 @@ class DeploymentOptions(BaseModel):
     graceful_shutdown_timeout_s: float = 20.0
     access_log: bool = False
     """Serve logs every call by default; per audio frame or token that costs real CPU."""
+    label_selector: dict[str, str] | None = None
+    """Ray node labels a replica needs (a KubeRay worker group's ``labels``). The GPU profile
+    keeps the ingress and VAD on CPU pods with it: Serve spreads replicas over every node
+    with room, and an ingress on a lost GPU pod would drop its sessions' WebSockets."""
 
     def serve_options(self) -> dict[str, Any]:
+        actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.label_selector is not None:
+            actor["label_selector"] = self.label_selector
         options: dict[str, Any] = {
-            "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
+            "ray_actor_options": actor,
             "max_ongoing_requests": self.max_ongoing_requests,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
             "logging_config": {"enable_access_log": self.access_log},

@@ -24,6 +24,7 @@ from ray.serve.schema import ApplicationStatusOverview, ReplicaState
 from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.placement import replica_placement
 from deployments.realtime import RealtimeSession, ServeStages
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
@@ -96,6 +97,8 @@ def _metrics_urls() -> list[str]:
 @serve.deployment
 @serve.ingress(api)
 class RealtimeIngress:
+    placement = replica_placement
+
     def __init__(
         self,
         vad: DeploymentHandle,

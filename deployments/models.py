@@ -16,6 +16,7 @@ from ray import serve
 
 from cancel import ScopeCache
 from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
+from deployments.placement import replica_placement
 from handlers.audio import SPEECH_RATE
 from handlers.llm import ChatMessage, LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
@@ -32,6 +33,8 @@ from handlers.vad import VADEvent, VADState, VoiceActivityDetector
 
 @serve.deployment
 class VAD:
+    placement = replica_placement
+
     def __init__(self, synthetic: SyntheticConfig | None = None) -> None:
         self._detector = VoiceActivityDetector() if synthetic is None else EnergyVoiceDetector()
 
@@ -46,6 +49,8 @@ class VAD:
 
 @serve.deployment
 class STT:
+    placement = replica_placement
+
     def __init__(self, config: STTConfig, synthetic: SyntheticConfig | None = None) -> None:
         self._stt: SpeechToText | ToneTranscriber = SpeechToText(config) if synthetic is None else ToneTranscriber()
         self._stt.transcribe(np.zeros(SPEECH_RATE, dtype=np.float32))  # first call pays ~1 s of setup
@@ -59,6 +64,8 @@ class STT:
 
 @serve.deployment
 class LLM:
+    placement = replica_placement
+
     def __init__(self, config: LLMConfig, synthetic: SyntheticConfig | None = None) -> None:
         self._model: LanguageModel | ScriptedLanguageModel = (
             LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
@@ -99,6 +106,8 @@ class LLM:
 
 @serve.deployment
 class TTS:
+    placement = replica_placement
+
     def __init__(self, config: TTSConfig, synthetic: SyntheticConfig | None = None) -> None:
         self._tts: TextToSpeech | ToneSpeaker = (
             TextToSpeech(config) if synthetic is None else ToneSpeaker(synthetic, config.output_rate)

@@ -35,6 +35,7 @@ def values_schema() -> dict[str, Any]:
             "minReplicas": {"type": "integer", "minimum": 0},
             "maxReplicas": {"type": "integer", "minimum": 1},
             "gpus": {"type": "integer", "minimum": 0},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
             "resources": _RESOURCES,
             **_PLACEMENT,
         },

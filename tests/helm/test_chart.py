@@ -23,6 +23,15 @@ CRD = ROOT / "helm" / "crds" / "ray.io_rayservices.yaml"
 sys.path.insert(0, str(ROOT / "helm"))
 from values_schema import SCHEMA, values_schema  # noqa: E402
 
+CPU_GROUP = {
+    "name": "cpu",
+    "replicas": 1,
+    "minReplicas": 1,
+    "maxReplicas": 2,
+    "gpus": 0,
+    "resources": {},
+    "labels": {"s2s-serve/pool": "cpu"},
+}
 GPU_HEAVY = {
     "serve": {
         "app": {
@@ -34,6 +43,7 @@ GPU_HEAVY = {
         }
     },
     "workerGroups": [
+        CPU_GROUP,
         {"name": "h100", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "gpus": 8, "resources": {}},
         {"name": "l4", "replicas": 0, "minReplicas": 0, "maxReplicas": 8, "gpus": 1, "resources": {}},
     ],
@@ -45,7 +55,10 @@ MANY_TTS = {
     "serve": {
         "app": {"args": {"tts": {"deployment": {"autoscaling_config": {"min_replicas": 4, "max_replicas": 32}}}}}
     },
-    "workerGroups": [{"name": "gpu", "replicas": 4, "minReplicas": 2, "maxReplicas": 20, "gpus": 2, "resources": {}}],
+    "workerGroups": [
+        CPU_GROUP,
+        {"name": "gpu", "replicas": 4, "minReplicas": 2, "maxReplicas": 20, "gpus": 2, "resources": {}},
+    ],
 }
 
 
@@ -110,7 +123,7 @@ def test_values_schema_is_generated_from_the_app_config() -> None:
     assert json.loads(SCHEMA.read_text()) == values_schema(), "run: python helm/values_schema.py"
 
 
-def test_gpus_match_between_pods_and_ray_and_fit_the_models() -> None:
+def test_gpus_and_labels_match_between_pods_and_ray_and_fit_the_models() -> None:
     spec = rayservice()["spec"]["rayClusterConfig"]
     assert spec["enableInTreeAutoscaling"] is True
     assert spec["headGroupSpec"]["rayStartParams"] == {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"}
@@ -118,11 +131,15 @@ def test_gpus_match_between_pods_and_ray_and_fit_the_models() -> None:
     for group in spec["workerGroupSpecs"]:
         (container,) = group["template"]["spec"]["containers"]
         gpus = int(group["rayStartParams"]["num-gpus"])
-        assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
-        assert group["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert container["resources"]["requests"].get("nvidia.com/gpu", 0) == gpus
+        assert container["resources"]["limits"].get("nvidia.com/gpu", 0) == gpus
+        if gpus:
+            assert group["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
         most_gpus += gpus * group["maxReplicas"]
     args = AppConfig.model_validate(yaml.safe_load(rayservice()["spec"]["serveConfigV2"])["applications"][0]["args"])
+    for stage in (args.ingress, args.vad, args.stt, args.llm, args.tts):  # every selector finds its pods
+        selector = stage.deployment.label_selector or {}
+        assert any(selector.items() <= group.get("labels", {}).items() for group in spec["workerGroupSpecs"])
     at_most = sum(
         stage.deployment.num_gpus * (stage.deployment.autoscaling_config or {}).get("max_replicas", 1)
         for stage in (args.stt, args.llm, args.tts)
@@ -146,6 +163,15 @@ def test_chart_lints_clean() -> None:
     report = helm.lint(CHART, strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_a_label_selector_no_worker_group_satisfies_fails_the_render() -> None:
+    """Replacing the worker groups without the CPU pool would leave the ingress unplaceable."""
+    gpu_only = {
+        "workerGroups": [{"name": "gpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "gpus": 2, "resources": {}}]
+    }
+    with pytest.raises(helm.HelmError, match=r"ingress.deployment.label_selector .*s2s-serve/pool:cpu.* matches no"):
+        render(gpu_only)
 
 
 @pytest.mark.parametrize(

@@ -24,3 +24,27 @@ env:
         key: {{ .Values.hubToken.key }}
 {{- end }}
 {{- end -}}
+
+{{/* Fails the render when a deployment's label_selector matches no worker group's labels:
+its replicas would wait forever for a node that the cluster never gets. */}}
+{{- define "s2s-serve.checkLabelSelectors" -}}
+{{- range $stage, $options := .Values.serve.app.args }}
+{{- if and (kindIs "map" $options) (hasKey $options "deployment") }}
+{{- with $options.deployment.label_selector }}
+{{- $selector := . }}
+{{- $found := false }}
+{{- range $.Values.workerGroups }}
+{{- $labels := .labels | default dict }}
+{{- $match := true }}
+{{- range $key, $value := $selector }}
+{{- if ne (get $labels $key) $value }}{{ $match = false }}{{ end }}
+{{- end }}
+{{- if $match }}{{ $found = true }}{{ end }}
+{{- end }}
+{{- if not $found }}
+{{- fail (printf "serve.app.args.%s.deployment.label_selector %v matches no worker group's labels: its replicas could never be placed" $stage $selector) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}

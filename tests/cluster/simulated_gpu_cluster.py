@@ -1,0 +1,292 @@
+"""The Helm chart's RayService on a simulated multi-node Ray cluster of this machine.
+
+Run by ``test_placement.py`` in a process of its own (a driver belongs to one Ray cluster):
+``python tests/cluster/simulated_gpu_cluster.py REPORT.json``.
+
+The nodes are shaped as the chart renders them with its default values: a head that takes no
+model work (``num-cpus: 0``) and the worker group's pods, each declaring the group's GPUs and
+CPUs. The app is the rendered ``serveConfigV2`` (which equals ``cluster/gpu.yaml``) with the
+synthetic engines in place of the four models. Ray schedules logical GPUs exactly as it does
+physical ones, so no GPU is needed to see where each replica lands.
+
+The report says where every replica went (node, ``ray.get_gpu_ids()``) after start, after one
+more TTS replica, and after a worker node was lost mid-answer and replaced (as KubeRay
+replaces a lost pod), and what the sessions saw meanwhile.
+"""
+
+import asyncio
+import base64
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import numpy as np
+import ray
+import websockets
+import yaml
+from ray import serve
+from ray.cluster_utils import Cluster
+from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
+from ray.serve.schema import ServeDeploySchema
+
+from deployments.placement import ReplicaPlacement
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
+from handlers.synthetic import question_tone
+
+ROOT = Path(__file__).parents[2]
+CHART = ROOT / "helm" / "s2s-serve"
+APP = "voice"
+DEPLOYMENTS = ("RealtimeIngress", "VAD", "STT", "LLM", "TTS")
+ANSWER_WORDS = 40
+SYNTHETIC = {"answer_words": ANSWER_WORDS, "tokens_per_s": 10}
+"""Answers of several seconds, so that a node can be lost while one is being spoken."""
+STAGE_TIMEOUT_S = 10
+
+
+def rendered_rayservice() -> dict[str, Any]:
+    manifests = helm.Chart.load(CHART).render(None, name="voice", namespace="agents")
+    rendered: dict[str, Any] = yaml.safe_load(manifests["s2s-serve/templates/rayservice.yaml"])
+    return rendered
+
+
+def node_shapes(spec: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """Ray node arguments of the head and of every worker pod the chart asks for, by group."""
+    cluster = spec["rayClusterConfig"]
+    head_params = cluster["headGroupSpec"]["rayStartParams"]
+    head = {"num_cpus": int(head_params["num-cpus"]), "num_gpus": int(head_params["num-gpus"])}
+    workers = []
+    for group in cluster["workerGroupSpecs"]:
+        (container,) = group["template"]["spec"]["containers"]
+        shape = {
+            "num_cpus": int(container["resources"]["limits"]["cpu"]),
+            "num_gpus": int(group["rayStartParams"]["num-gpus"]),
+            "labels": group.get("labels", {}),
+        }
+        workers += [(group["groupName"], shape)] * group["replicas"]
+    return head, workers
+
+
+def serve_config(spec: dict[str, Any], port: int, tts_replicas: int) -> dict[str, Any]:
+    """The rendered ``serveConfigV2`` with each model handler replaced by the synthetic engines
+    and at least ``tts_replicas`` TTS replicas. The proxy runs on the head only, on ``port``:
+    every simulated node shares this machine's address."""
+    config = yaml.safe_load(spec["serveConfigV2"])
+    config["proxy_location"] = "HeadOnly"
+    config["http_options"] = {"host": "127.0.0.1", "port": port}
+    (app,) = config["applications"]
+    args = app["args"]
+    for stage in ("vad", "stt", "llm", "tts"):
+        args[stage].pop("handler", None)
+    args["tts"]["deployment"]["autoscaling_config"]["min_replicas"] = tts_replicas
+    args["ingress"]["stage_timeout_s"] = STAGE_TIMEOUT_S
+    args["synthetic"] = SYNTHETIC
+    ServeDeploySchema.model_validate(config)
+    return config
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Placements:
+    """Every running replica's own report of where it is."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self._names = names
+        """Node id -> ``head`` / ``worker-N``."""
+
+    async def rows(self) -> list[dict[str, Any]]:
+        running = serve.status().applications[APP].deployments
+        rows = []
+        for deployment in DEPLOYMENTS:
+            expected = running[deployment].replica_states.get("RUNNING", 0)
+            for seen in await self._reports(deployment, expected):
+                rows.append(
+                    {
+                        "deployment": seen.deployment,
+                        "replica": seen.replica,
+                        "node": self._names.get(seen.node_id, seen.node_id),
+                        "gpu_ids": seen.gpu_ids,
+                    }
+                )
+        return rows
+
+    @staticmethod
+    async def _reports(deployment: str, expected: int) -> list[ReplicaPlacement]:
+        """Asks until each of the ``expected`` replicas has answered (the router picks one
+        replica per call)."""
+        handle = serve.get_deployment_handle(deployment, APP)
+        seen: dict[str, ReplicaPlacement] = {}
+        for _ in range(50):
+            for report in await asyncio.gather(*(handle.placement.remote() for _ in range(4 * expected))):
+                seen[report.replica] = report
+            if len(seen) >= expected:
+                return sorted(seen.values(), key=lambda report: report.replica)
+        raise RuntimeError(f"{deployment}: {len(seen)} of {expected} replicas answered")
+
+
+class Client:
+    """A Realtime client that speaks synthetic questions and keeps every event it got."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self.events: list[dict[str, Any]] = []
+
+    async def until(self, wanted: str, timeout_s: float = 120) -> dict[str, Any]:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                event = json.loads(await self._connection.recv())
+                self.events.append(event)
+                if event["type"] == wanted:
+                    return event
+
+    async def ask(self, question: int) -> None:
+        tone = np.concatenate([question_tone(question, 1.0), np.zeros(SPEECH_RATE, np.float32)])
+        pcm = float_to_pcm16(resample(tone, SPEECH_RATE, REALTIME_RATE))
+        step = REALTIME_RATE * 2 // 10
+        for offset in range(0, len(pcm), step):
+            audio = base64.b64encode(pcm[offset : offset + step]).decode()
+            await self._connection.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["type"] == kind]
+
+
+def outcome(done: dict[str, Any], client: Client) -> dict[str, Any]:
+    """What a client can tell of one response from its ``response.done`` and the events."""
+    response = done["response"]
+    output = response["output"]
+    transcript = output[0]["content"][0].get("transcript", "") if output else ""
+    after = client.events[client.events.index(done) + 1 :]
+    return {
+        "status": response["status"],
+        "transcript": transcript,
+        "error_code": ((response.get("status_details") or {}).get("error") or {}).get("code"),
+        "errors": [event["error"] for event in client.of_type("error")],
+        "audio_after_done": sum(
+            1
+            for event in after
+            if event["type"] == "response.output_audio.delta" and event["response_id"] == response["id"]
+        ),
+    }
+
+
+async def converse(url: str, question: int) -> dict[str, Any]:
+    async with websockets.connect(url, max_size=None) as connection:
+        client = Client(connection)
+        await client.until("session.created")
+        await client.ask(question)
+        return outcome(await client.until("response.done"), client)
+
+
+async def wait_until_serving(targets: dict[str, int], timeout_s: float = 240) -> float:
+    """Seconds until every deployment runs its target replicas (Serve's status has no event
+    to wait on, so it is polled)."""
+    started = time.monotonic()
+    while True:
+        app = serve.status().applications.get(APP)
+        deployments = app.deployments if app is not None else {}
+        running = {name: status.replica_states.get("RUNNING", 0) for name, status in deployments.items()}
+        healthy = all(status.status == "HEALTHY" for status in deployments.values())
+        if healthy and all(running.get(name, 0) >= count for name, count in targets.items()):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"not serving after {timeout_s} s: {deployments}")
+        await asyncio.sleep(1.0)
+
+
+class SimulatedCluster:
+    """The chart's nodes as Ray nodes of this machine, named by group (``gpu-2``)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        head, self._workers = node_shapes(spec)
+        self.cluster = Cluster(
+            initialize_head=True, head_node_args={**head, "include_dashboard": True, "dashboard_port": free_port()}
+        )
+        self.names = {self.cluster.head_node.node_id: "head"}
+        self.shapes = {"head": head}
+        self._count: dict[str, int] = {}
+        self.nodes = [self.add(group, shape) for group, shape in self._workers]
+        self.cluster.wait_for_nodes()
+
+    def add(self, group: str, shape: dict[str, Any], note: str = "") -> Any:
+        node = self.cluster.add_node(**shape)
+        self._count[group] = self._count.get(group, 0) + 1
+        name = f"{group}-{self._count[group]}{note}"
+        self.names[node.node_id] = name
+        self.shapes[name] = shape
+        return node
+
+    def group_shape(self, group: str) -> dict[str, Any]:
+        return next(shape for name, shape in self._workers if name == group)
+
+    def by_name(self, name: str) -> Any:
+        return next(node for node in self.nodes if self.names[node.node_id] == name)
+
+
+async def scenario(simulated: SimulatedCluster, spec: dict[str, Any]) -> dict[str, Any]:
+    placements = Placements(simulated.names)
+    report: dict[str, Any] = {}
+    port = free_port()
+    url = f"ws://127.0.0.1:{port}/v1/realtime"
+    # Deployed as KubeRay deploys serveConfigV2: through the dashboard's REST API.
+    kuberay = ServeSubmissionClient(f"http://{simulated.cluster.head_node.webui_url}")
+    targets = {"RealtimeIngress": 1, "VAD": 2, "STT": 1, "LLM": 1, "TTS": 1}
+
+    kuberay.deploy_applications(serve_config(spec, port, tts_replicas=1))
+    await wait_until_serving(targets)
+    report["placement_at_start"] = await placements.rows()
+
+    kuberay.deploy_applications(serve_config(spec, port, tts_replicas=2))
+    targets["TTS"] = 2
+    await wait_until_serving(targets)
+    report["placement_with_two_tts"] = await placements.rows()
+    report["end_to_end"] = await converse(url, 3)
+
+    llm_node = next(row["node"] for row in report["placement_with_two_tts"] if row["deployment"] == "LLM")
+    async with websockets.connect(url, max_size=None) as connection:
+        client = Client(connection)
+        await client.until("session.created")
+        await client.ask(5)
+        await client.until("response.output_audio.delta")
+        simulated.cluster.remove_node(simulated.by_name(llm_node), allow_graceful=False)
+        lost_at = time.monotonic()
+        done = await client.until("response.done")
+        report["node_loss"] = {
+            "lost": llm_node,
+            "hosted": sorted(row["deployment"] for row in report["placement_with_two_tts"] if row["node"] == llm_node),
+            "seconds_to_response_done": round(time.monotonic() - lost_at, 2),
+            **outcome(done, client),
+        }
+        group = llm_node.rsplit("-", 1)[0]
+        simulated.add(group, simulated.group_shape(group), " (replacement)")
+        report["seconds_to_serving_again"] = round(await wait_until_serving(targets), 1)
+        report["placement_after_replacement"] = await placements.rows()
+        await client.ask(6)
+        report["same_session_after_replacement"] = outcome(await client.until("response.done"), client)
+    report["new_session_after_replacement"] = await converse(url, 7)
+    report["nodes"] = simulated.shapes
+    return report
+
+
+def main(out: Path) -> None:
+    spec = rendered_rayservice()["spec"]
+    simulated = SimulatedCluster(spec)
+    ray.init(address=simulated.cluster.address, log_to_driver=False)
+    try:
+        report = asyncio.run(scenario(simulated, spec))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        simulated.cluster.shutdown()
+    out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
