@@ -7,7 +7,6 @@ responder tell it what happened.
 """
 
 import asyncio
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -63,12 +62,6 @@ class Item:
         self.text, self.spoken = truncate_spoken(self.spoken, audio_end_ms)
         self.audio_ms = min(self.audio_ms, audio_end_ms)
 
-    @property
-    def audio_end_limit_ms(self) -> int:
-        """The latest ``audio_end_ms`` a client can truncate at: what it may have received.
-        Rounded up, as clients count the whole milliseconds they played."""
-        return math.ceil(self.audio_ms)
-
 
 def wire_item(item: Item, status: str = "completed") -> Any:
     item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
@@ -117,6 +110,10 @@ def truncate_spoken(spoken: list[tuple[float, str]], audio_end_ms: float) -> tup
     return "".join(text for _, text in kept), kept
 
 
+ROOT = "root"
+"""``previous_item_id`` that puts an item first."""
+
+
 class Conversation:
     """The items a prompt is made of, oldest first, at most ``max_items`` of them."""
 
@@ -132,12 +129,29 @@ class Conversation:
     def last_id(self) -> str | None:
         return self._items[-1].id if self._items else None
 
-    def add(self, item: Item) -> str | None:
-        """Append ``item``; return the id of the item it follows (``previous_item_id``)."""
-        previous = self.last_id
-        self._items.append(item)
+    def add(self, item: Item, after: str | None = None) -> str | None:
+        """Add ``item`` at the end, or right after the item ``after`` names (``root``: first);
+        return the id of the item it follows (``previous_item_id``). An unknown ``after`` is
+        a ``KeyError`` and adds nothing."""
+        if after is None:
+            index = len(self._items)
+        elif after == ROOT:
+            index = 0
+        else:
+            index = next((i + 1 for i, kept in enumerate(self._items) if kept.id == after), -1)
+            if index < 0:
+                raise KeyError(after)
+        previous = self._items[index - 1].id if index > 0 else None
+        self._items.insert(index, item)
         del self._items[: max(0, len(self._items) - self._max_items)]
         return previous
+
+    def delete(self, item_id: str) -> bool:
+        """Remove the item ``item_id``; ``False`` if there is none."""
+        item = self.find(item_id)
+        if item is not None:
+            self._items.remove(item)
+        return item is not None
 
     def forget_oldest(self, messages: int) -> None:
         """Drop the oldest items that made the first ``messages`` prompt messages (items with

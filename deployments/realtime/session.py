@@ -17,6 +17,7 @@ and the session goes on; only a client that keeps going over limits is closed (1
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -25,7 +26,10 @@ from openai import BaseModel as OpenAIModel
 from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemCreateEvent,
+    ConversationItemDeletedEvent,
+    ConversationItemDeleteEvent,
     ConversationItemDone,
+    ConversationItemRetrieveEvent,
     ConversationItemTruncatedEvent,
     ConversationItemTruncateEvent,
     InputAudioBufferAppendEvent,
@@ -39,6 +43,7 @@ from openai.types.realtime import (
     SessionUpdatedEvent,
     SessionUpdateEvent,
 )
+from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
 from starlette.websockets import WebSocketState
 
 from deployments.config import IngressConfig
@@ -62,7 +67,7 @@ from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import BoundedStages, Stages
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turns import TurnTaker
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode, pcm16_to_float, resample
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +104,7 @@ class RealtimeSession:
         self._conversation = Conversation(config.history_items)
         self._guard = InputGuard(config.limits)
         self._max_item_chars = config.max_item_chars
+        self._max_input_audio_s = config.max_input_audio_s
         self._audio = AudioInput(
             stages.detect,
             config.turn_detection,
@@ -136,6 +142,8 @@ class RealtimeSession:
             InputAudioBufferClearEvent: self._on_input_audio_buffer_clear,
             ConversationItemCreateEvent: self._on_conversation_item_create,
             ConversationItemTruncateEvent: self._on_conversation_item_truncate,
+            ConversationItemRetrieveEvent: self._on_conversation_item_retrieve,
+            ConversationItemDeleteEvent: self._on_conversation_item_delete,
             ResponseCreateEvent: self._on_response_create,
             ResponseCancelEvent: self._on_response_cancel,
         }
@@ -264,10 +272,16 @@ class RealtimeSession:
 
     async def _on_conversation_item_create(self, event: ConversationItemCreateEvent) -> None:
         item = event.item
-        if item.type != "message" or any(
-            part.type not in ("input_text", "text", "output_text") for part in item.content
-        ):
-            raise ProtocolError("unsupported_value", "only text message items can be created", "item")
+        if item.type != "message":
+            raise ProtocolError("unsupported_value", "only message items can be created", "item.type")
+        kinds = {part.type for part in item.content}
+        if kinds == {"input_audio"} and item.role == "user" and len(item.content) == 1:
+            await self._create_audio_item(item.id or new_id("item"), item.content[0].audio, event.previous_item_id)
+            return
+        if not kinds <= {"input_text", "text", "output_text"}:
+            raise ProtocolError(
+                "unsupported_value", "an item holds text parts, or one input_audio part of a user", "item.content"
+            )
         text = " ".join(getattr(part, "text", None) or "" for part in item.content)
         if len(text) > self._max_item_chars:
             raise ProtocolError(
@@ -276,9 +290,45 @@ class RealtimeSession:
                 "item.content",
             )
         added = Item(item.id or new_id("item"), item.role, text)
-        previous = self._conversation.add(added)
+        previous = self._add(added, event.previous_item_id)
         self._outbox.put(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
         self._outbox.put(server_event(ConversationItemDone, item=wire_item(added), previous_item_id=previous))
+
+    async def _create_audio_item(self, item_id: str, audio: str | None, after: str | None) -> None:
+        """A user's recorded audio, added as an item and transcribed as speech is."""
+        try:
+            pcm = b64_pcm16_decode(audio or "")
+        except ValueError as exc:
+            raise ProtocolError("invalid_value", str(exc), "item.content.audio") from None
+        seconds = len(pcm) / (2 * REALTIME_RATE)
+        if not MIN_COMMIT_MS / 1000 <= seconds <= self._max_input_audio_s:
+            raise ProtocolError(
+                "invalid_value",
+                f"input_audio must be {MIN_COMMIT_MS} ms to {self._max_input_audio_s:g} s long",
+                "item.content.audio",
+            )
+        utterance = resample(pcm16_to_float(pcm), REALTIME_RATE, SPEECH_RATE)
+        try:
+            self._turns.add_audio_item(utterance, item_id, after)
+        except KeyError:
+            raise _unknown_item(after, "previous_item_id") from None
+
+    def _add(self, item: Item, after: str | None) -> str | None:
+        try:
+            return self._conversation.add(item, after)
+        except KeyError:
+            raise _unknown_item(after, "previous_item_id") from None
+
+    async def _on_conversation_item_retrieve(self, event: ConversationItemRetrieveEvent) -> None:
+        item = self._conversation.find(event.item_id)
+        if item is None:
+            raise _unknown_item(event.item_id, "item_id")
+        self._outbox.put(server_event(ConversationItemRetrieved, item=wire_item(item)))
+
+    async def _on_conversation_item_delete(self, event: ConversationItemDeleteEvent) -> None:
+        if not self._conversation.delete(event.item_id):
+            raise _unknown_item(event.item_id, "item_id")
+        self._outbox.put(server_event(ConversationItemDeletedEvent, item_id=event.item_id))
 
     async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
         item = self._conversation.find(event.item_id)
@@ -288,17 +338,12 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", "content_index must be 0 (an item has one part)", "content_index")
         if event.audio_end_ms < 0:
             raise ProtocolError("invalid_value", "audio_end_ms must not be negative", "audio_end_ms")
-        if event.audio_end_ms > item.audio_end_limit_ms:
-            raise ProtocolError(
-                "invalid_value",
-                f"audio_end_ms {event.audio_end_ms} is past the item's {item.audio_end_limit_ms} ms of audio",
-                "audio_end_ms",
-            )
+        # A client counts what it received, rounded as it likes: past the audio sent means
+        # all of it was heard, never an error.
+        audio_end_ms = min(event.audio_end_ms, math.floor(item.audio_ms))
         item.heard_until(event.audio_end_ms)
         self._outbox.put(
-            server_event(
-                ConversationItemTruncatedEvent, item_id=item.id, content_index=0, audio_end_ms=event.audio_end_ms
-            )
+            server_event(ConversationItemTruncatedEvent, item_id=item.id, content_index=0, audio_end_ms=audio_end_ms)
         )
 
     async def _on_response_create(self, event: ResponseCreateEvent) -> None:
@@ -312,3 +357,7 @@ class RealtimeSession:
     async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
         if not self._responder.cancel("client_cancelled"):
             raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")
+
+
+def _unknown_item(item_id: str | None, param: str) -> ProtocolError:
+    return ProtocolError("item_not_found", f"no item {str(item_id)[:64]!r} in the conversation", param)

@@ -15,6 +15,11 @@ from pydantic import ValidationError
 from deployments.realtime.protocol import AUDIO_FORMAT, ProtocolError, check_format
 from handlers.vad import TurnDetection
 
+EAGERNESS_SILENCE_MS = {"low": 1500, "high": 300}
+"""``semantic_vad`` is served by the VAD turn detector (no semantic end-of-turn model runs
+here): its ``eagerness`` sets how long a pause ends the turn. ``medium`` and ``auto`` keep
+the server's own ``silence_duration_ms``."""
+
 
 @dataclass
 class SessionSettings:
@@ -29,6 +34,8 @@ class SessionSettings:
     interrupt_response: bool = True
     max_output_tokens: int | None = None
     """The client's cap on answer tokens (``None``: the model deployment's own)."""
+    eagerness: str | None = None
+    """Set while the client asked for ``semantic_vad`` (served as ``EAGERNESS_SILENCE_MS`` says)."""
 
     def update(self, session: Session) -> bool:
         """Apply a ``session.update``; return whether turn detection changed (the input
@@ -51,10 +58,8 @@ class SessionSettings:
         audio = session.audio
         if audio is not None and audio.output is not None:
             check_format(audio.output.format, "session.audio.output.format")
-            if audio.output.speed is not None:
+            if audio.output.speed is not None:  # accepted; served at 1.0, and shown so
                 check_range(audio.output.speed, 0.25, 1.5, "session.audio.output.speed")
-                if audio.output.speed != 1.0:
-                    raise ProtocolError("unsupported_value", "only speed 1.0 is served", "session.audio.output.speed")
         turn_detection: TurnDetection | None = self.turn_detection
         turn_changed = False
         if audio is not None and audio.input is not None:
@@ -74,13 +79,10 @@ class SessionSettings:
     def _checked_turn_detection(self, requested: ServerVad | SemanticVad | None) -> TurnDetection | None:
         if requested is None:
             return None
-        if requested.type != "server_vad":
-            raise ProtocolError(
-                "unsupported_value",
-                f"turn_detection {requested.type!r} is not supported",
-                "session.audio.input.turn_detection",
-            )
         param = "session.audio.input.turn_detection"
+        if isinstance(requested, SemanticVad):
+            silence_ms = EAGERNESS_SILENCE_MS.get(requested.eagerness or "auto", self.defaults.silence_duration_ms)
+            return self.defaults.model_copy(update={"silence_duration_ms": silence_ms})
         if requested.idle_timeout_ms is not None:
             check_range(requested.idle_timeout_ms, 5000, 30000, f"{param}.idle_timeout_ms")
             raise ProtocolError("unsupported_value", "idle_timeout_ms is not supported", f"{param}.idle_timeout_ms")
@@ -100,12 +102,27 @@ class SessionSettings:
         self, turn_detection: TurnDetection | None, requested: ServerVad | SemanticVad | None
     ) -> None:
         self.turn_detection = turn_detection
+        self.eagerness = (requested.eagerness or "auto") if isinstance(requested, SemanticVad) else None
         if requested is not None:
             self.create_response = requested.create_response is not False
             self.interrupt_response = requested.interrupt_response is not False
 
-    def describe(self) -> RealtimeSessionCreateRequest:
+    def _describe_turn_detection(self) -> ServerVad | SemanticVad | None:
         turn = self.turn_detection
+        if turn is None:
+            return None
+        reactions = {"create_response": self.create_response, "interrupt_response": self.interrupt_response}
+        if self.eagerness is not None:
+            return SemanticVad(type="semantic_vad", eagerness=self.eagerness, **reactions)  # type: ignore[arg-type]
+        return ServerVad(
+            type="server_vad",
+            threshold=turn.threshold,
+            prefix_padding_ms=turn.prefix_padding_ms,
+            silence_duration_ms=turn.silence_duration_ms,
+            **reactions,
+        )
+
+    def describe(self) -> RealtimeSessionCreateRequest:
         return RealtimeSessionCreateRequest(
             type="realtime",
             model=self.model_name,
@@ -115,18 +132,9 @@ class SessionSettings:
             audio=RealtimeAudioConfig(
                 input=RealtimeAudioConfigInput(
                     format=AUDIO_FORMAT,
-                    turn_detection=None
-                    if turn is None
-                    else ServerVad(
-                        type="server_vad",
-                        threshold=turn.threshold,
-                        prefix_padding_ms=turn.prefix_padding_ms,
-                        silence_duration_ms=turn.silence_duration_ms,
-                        create_response=self.create_response,
-                        interrupt_response=self.interrupt_response,
-                    ),
+                    turn_detection=self._describe_turn_detection(),
                 ),
-                output=RealtimeAudioConfigOutput(format=AUDIO_FORMAT),
+                output=RealtimeAudioConfigOutput(format=AUDIO_FORMAT, speed=1.0),
             ),
         )
 

@@ -127,10 +127,27 @@ class TurnTaker:
 
     def commit(self, utterance: np.ndarray, item_id: str, transcript: "asyncio.Future[str] | None" = None) -> None:
         """Add the user's audio item; ``transcript`` is an STT call already under way."""
+        self.add_audio_item(utterance, item_id, None, transcript, committed=True)
+
+    def add_audio_item(
+        self,
+        utterance: np.ndarray,
+        item_id: str,
+        after: str | None,
+        transcript: "asyncio.Future[str] | None" = None,
+        committed: bool = False,
+    ) -> None:
+        """Add a user audio item (committed speech, or ``input_audio`` a client created) after
+        the item ``after`` names (``None``: at the end) and transcribe it as speech."""
         transcript = transcript or _transcript(self._stages.transcribe(utterance))  # first: it may raise
         item = Item(item_id, "user", transcribed=asyncio.get_running_loop().create_future())
-        previous = self._conversation.add(item)
-        self._outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
+        try:
+            previous = self._conversation.add(item, after)
+        except KeyError:
+            transcript.cancel()
+            raise
+        if committed:
+            self._outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
         self._outbox.put(server_event(ConversationItemAdded, item=wire_item(item), previous_item_id=previous))
         self._spawn(self._transcribe(item, transcript, len(utterance) / SPEECH_RATE, previous))
 

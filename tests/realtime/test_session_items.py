@@ -1,0 +1,143 @@
+"""What agent frameworks send by default, on fake stages: item retrieve and delete,
+``previous_item_id``, ``input_audio`` items, ``semantic_vad`` and the settings served as they
+really are, and truncation as clients count it."""
+
+import base64
+from typing import Any
+
+from fakes import FakeStages, Harness, speech
+
+
+def text_item(text: str, item_id: str, role: str = "user") -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+
+async def test_items_are_retrieved_deleted_and_placed_after_the_item_named() -> None:
+    async with Harness() as h:
+        h.socket.client_sends(type="conversation.item.create", item=text_item("First.", "item_a"))
+        h.socket.client_sends(type="conversation.item.create", item=text_item("Third.", "item_c"))
+        h.socket.client_sends(
+            type="conversation.item.create", item=text_item("Second.", "item_b"), previous_item_id="item_a"
+        )
+        h.socket.client_sends(
+            type="conversation.item.create", item=text_item("Zeroth.", "item_0"), previous_item_id="root"
+        )
+        await h.socket.wait_type("conversation.item.done", count=4)
+        added = {e["item"]["id"]: e.get("previous_item_id") for e in h.socket.of_type("conversation.item.added")}
+        assert added == {"item_a": None, "item_c": "item_a", "item_b": "item_a", "item_0": None}
+
+        h.socket.client_sends(type="conversation.item.retrieve", item_id="item_b")
+        retrieved = await h.socket.wait_type("conversation.item.retrieved")
+        assert retrieved["item"]["content"][0]["text"] == "Second."
+
+        h.socket.client_sends(type="conversation.item.delete", item_id="item_c")
+        assert (await h.socket.wait_type("conversation.item.deleted"))["item_id"] == "item_c"
+        h.socket.client_sends(type="response.create")
+        await h.socket.wait_type("response.done")
+        prompt = [m["content"] for m in h.stages.llm_requests[-1].messages if m["role"] == "user"]
+        assert prompt == ["Zeroth.", "First.", "Second."]
+
+
+async def test_unknown_items_are_refused_and_nothing_changes() -> None:
+    async with Harness() as h:
+        h.socket.client_sends(type="conversation.item.retrieve", item_id="item_nope")
+        h.socket.client_sends(type="conversation.item.delete", item_id="item_nope")
+        h.socket.client_sends(type="conversation.item.create", item=text_item("Hi.", "item_x"), previous_item_id="nope")
+        await h.socket.wait_type("error", count=3)
+        errors = [(e["error"]["code"], e["error"]["param"]) for e in h.socket.of_type("error")]
+        assert errors == [
+            ("item_not_found", "item_id"),
+            ("item_not_found", "item_id"),
+            ("item_not_found", "previous_item_id"),
+        ]
+        assert h.session._conversation.items == ()
+        assert h.stages.stt_calls == []
+
+
+async def test_an_input_audio_item_is_transcribed_like_speech_and_answered() -> None:
+    async with Harness() as h:
+        audio = base64.b64encode(speech(1)).decode()
+        item = {
+            "id": "item_spoken",
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_audio", "audio": audio}],
+        }
+        h.socket.client_sends(type="conversation.item.create", item=item)
+        completed = await h.socket.wait_type("conversation.item.input_audio_transcription.completed")
+        assert (completed["item_id"], completed["transcript"]) == ("item_spoken", "Question one.")
+        assert "input_audio_buffer.committed" not in h.socket.types()
+        assert "response.created" not in h.socket.types()  # an item is not a turn: no answer unasked
+        h.socket.client_sends(type="response.create")
+        done = await h.socket.wait_type("response.done")
+        assert done["response"]["status"] == "completed"
+        assert h.stages.llm_requests[-1].messages[-1] == {"role": "user", "content": "Question one."}
+
+
+async def test_bad_input_audio_items_are_refused() -> None:
+    async with Harness() as h:
+        for audio in ("not base64!", base64.b64encode(b"\x00\x00" * 100).decode()):  # the second: 4 ms
+            item = {"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": audio}]}
+            h.socket.client_sends(type="conversation.item.create", item=item)
+        await h.socket.wait_type("error", count=2)
+        assert [e["error"]["param"] for e in h.socket.of_type("error")] == ["item.content.audio"] * 2
+        assert h.session._conversation.items == ()
+
+
+async def test_the_agents_sdk_default_session_is_accepted_and_shown_as_served() -> None:
+    """The OpenAI Agents SDK's first ``session.update`` (semantic_vad, voice, speed, noise
+    reduction, transcription, tracing): one ``session.updated``, no error."""
+    sdk_defaults = {
+        "type": "realtime",
+        "model": "gpt-realtime",
+        "instructions": "You are a helpful assistant.",
+        "output_modalities": ["audio"],
+        "tracing": "auto",
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "noise_reduction": {"type": "near_field"},
+                "transcription": {"model": "gpt-4o-mini-transcribe"},
+                "turn_detection": {"type": "semantic_vad", "eagerness": "high", "interrupt_response": True},
+            },
+            "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "ash", "speed": 1.2},
+        },
+    }
+    async with Harness() as h:
+        h.socket.client_sends(type="session.update", session=sdk_defaults)
+        updated = (await h.socket.wait_type("session.updated"))["session"]
+        assert h.socket.of_type("error") == []
+        turn = updated["audio"]["input"]["turn_detection"]
+        assert (turn["type"], turn["eagerness"], turn["interrupt_response"]) == ("semantic_vad", "high", True)
+        assert updated["audio"]["output"]["speed"] == 1.0  # what is served, not what was asked
+        assert "noise_reduction" not in updated["audio"]["input"]  # not applied, so not shown
+        assert h.session._settings.turn_detection.silence_duration_ms == 300
+        h.socket.client_sends(
+            type="session.update",
+            session={
+                "type": "realtime",
+                "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}},
+            },
+        )
+        await h.socket.wait_type("session.updated", count=2)
+        assert h.session._settings.turn_detection.silence_duration_ms == 1500
+
+
+async def test_truncation_past_the_audio_sent_is_clamped_never_refused() -> None:
+    """Clients count what they received and round up (the Agents SDK sends the ceiling):
+    past the audio sent means the whole answer was heard."""
+    stages = FakeStages()
+    stages.answer = ["Short."]
+    stages.tts_chunk_ms = 300
+    async with Harness(stages) as h:
+        h.socket.client_sends(type="response.create")
+        done = await h.socket.wait_type("response.done")
+        item_id = done["response"]["output"][0]["id"]
+        for audio_end_ms in (301, 5000):
+            h.socket.client_sends(
+                type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=audio_end_ms
+            )
+        await h.socket.wait_type("conversation.item.truncated", count=2)
+        assert [e["audio_end_ms"] for e in h.socket.of_type("conversation.item.truncated")] == [300, 300]
+        assert h.socket.of_type("error") == []
+        assert h.session._conversation.find(item_id).text == "Short."
