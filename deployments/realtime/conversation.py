@@ -46,6 +46,8 @@ class Item:
     """Assistant audio: (end of the piece in ms of output audio, its text), for truncation."""
     audio_ms: float = 0.0
     """Assistant audio sent so far (ms); a piece cut by a cancel ends inside ``spoken``."""
+    spoken_aloud: bool = True
+    """Assistant items: an audio answer (``output_audio``), else a text one (``output_text``)."""
 
     def speak(self, text: str, audio_ms: float, continues_piece: bool) -> None:
         """A piece's audio (or more of it) is about to be sent: its text joins the item."""
@@ -72,7 +74,11 @@ def wire_item(item: Item, status: str = "completed") -> Any:
             role="assistant",
             object="realtime.item",
             status=item_status,
-            content=[AssistantContent(type="output_audio", transcript=item.text)],
+            content=[
+                AssistantContent(type="output_audio", transcript=item.text)
+                if item.spoken_aloud
+                else AssistantContent(type="output_text", text=item.text)
+            ],
         )
     if item.role == "system":
         return RealtimeConversationItemSystemMessage(

@@ -47,6 +47,8 @@ from openai.types.realtime import (
     ResponseDoneEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
 )
 
 from cancel import ScopeTicket
@@ -55,7 +57,7 @@ from deployments.metrics import SessionMetrics
 from deployments.realtime.conversation import Conversation, Item, wire_item
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, error_event, new_id, server_event
-from deployments.realtime.settings import SessionSettings
+from deployments.realtime.settings import ResponseOptions, SessionSettings
 from deployments.realtime.stages import StageFailure, Stages, StageStream
 from deployments.realtime.timeline import Timeline
 from handlers.audio import REALTIME_RATE
@@ -89,6 +91,7 @@ class ResponseRun:
     timeline: Timeline
     shown: bool = True
     """False while held: the client has seen nothing of it yet."""
+    options: ResponseOptions = ResponseOptions()
     status: Status = "in_progress"
     streams: set[StageStream[Any]] = field(default_factory=set)
     task: "asyncio.Task[None] | None" = None
@@ -139,22 +142,29 @@ class Responder:
         timeline: Timeline,
         held: bool = False,
         previous_item_id: str | None = None,
+        options: ResponseOptions | None = None,
     ) -> ResponseRun:
         """Start answering ``prompt``; a held run is seen by nobody until adopted.
 
         ``previous_item_id`` is the item a held run's answer will follow once adopted (the
-        user's turn); a shown run follows the conversation's last item.
+        user's turn); a shown run follows the conversation's last item, unless ``options``
+        keep it out of the conversation. Without ``options``, the session's settings apply.
         """
-        item = Item(new_id("item"), "assistant")
-        run = ResponseRun(new_id("resp"), item, self._scope.generation, asyncio.ensure_future(prompt), timeline)
+        options = options or self._session.response_options(None)
+        item = Item(new_id("item"), "assistant", spoken_aloud=not options.text_only)
+        future = asyncio.ensure_future(prompt)
+        run = ResponseRun(new_id("resp"), item, self._scope.generation, future, timeline, options=options)
         if held:
             run.shown = False
             self._outbox.hold(run.id)
         else:
             self.current = run
-            previous_item_id = self._conversation.add(run.item)
+            if options.in_conversation:
+                previous_item_id = self._conversation.add(run.item)
         self._emit(run, ResponseCreatedEvent, response=wire_response(run))
-        self._emit(run, ConversationItemAdded, item=wire_item(item, "in_progress"), previous_item_id=previous_item_id)
+        if options.in_conversation:
+            wire = wire_item(item, "in_progress")
+            self._emit(run, ConversationItemAdded, item=wire, previous_item_id=previous_item_id)
         run.task = self._spawn(self._run(run))
         run.task.add_done_callback(lambda _: self._outbox.forget(run.id))
         return run
@@ -180,7 +190,8 @@ class Responder:
             return False
         if reason is not None:
             self._metrics.cancelled(reason)
-        run.item.heard_until(run.item.audio_ms)
+        if run.item.spoken_aloud:
+            run.item.heard_until(run.item.audio_ms)
         self._end(run, "cancelled", RealtimeResponseStatus(type="cancelled", reason=reason))
         return True
 
@@ -219,14 +230,17 @@ class Responder:
             run.timeline.mark("prompt_ready")
             wire = wire_item(run.item, "in_progress")
             self._emit(run, ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire)
-            self._emit(run, ResponseContentPartAddedEvent, part={"type": "audio", "transcript": ""}, **_ids(run))
+            self._emit(run, ResponseContentPartAddedEvent, part=_part(run.item, ""), **_ids(run))
             ticket = self._scope.ticket(run.generation)
-            llm = self._stages.generate(LLMRequest(messages, ticket, run.id, self._session.max_output_tokens))
+            llm = self._stages.generate(LLMRequest(messages, ticket, run.id, run.options.max_output_tokens))
             run.streams.add(llm)
-            chunker = SpeechChunker(first_chunk_max_words=self._settings.first_chunk_words)
-            async with contextlib.aclosing(_speakable(llm, chunker, run.timeline)) as pieces:
-                async for piece in pieces:
-                    await self._speak(run, piece, ticket)
+            if run.item.spoken_aloud:
+                chunker = SpeechChunker(first_chunk_max_words=self._settings.first_chunk_words)
+                async with contextlib.aclosing(_speakable(llm, chunker, run.timeline)) as pieces:
+                    async for piece in pieces:
+                        await self._speak(run, piece, ticket)
+            else:
+                await self._write(run, llm)
         except Exception as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -252,6 +266,14 @@ class Responder:
         self._conversation.forget_oldest(dropped)
         return system + kept
 
+    async def _write(self, run: ResponseRun, deltas: StageStream[str]) -> None:
+        """A text answer: the LLM's deltas as they come, no TTS."""
+        async for delta in deltas:
+            run.timeline.mark("llm_first_delta")
+            await self._outbox.room(run.id)
+            run.item.text += delta
+            self._emit(run, ResponseTextDeltaEvent, delta=delta, **_ids(run))
+
     async def _speak(self, run: ResponseRun, piece: str, ticket: ScopeTicket) -> None:
         text = piece if not run.item.text else " " + piece
         self._emit(run, ResponseAudioTranscriptDeltaEvent, delta=text, **_ids(run))
@@ -274,12 +296,15 @@ class Responder:
         if self.current is run and run.shown:
             self.current = None
         run.status = "completed"
-        part = {"type": "audio", "transcript": run.item.text}
-        self._emit(run, ResponseAudioDoneEvent, **_ids(run))
-        self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **_ids(run))
-        self._emit(run, ResponseContentPartDoneEvent, part=part, **_ids(run))
+        if run.item.spoken_aloud:
+            self._emit(run, ResponseAudioDoneEvent, **_ids(run))
+            self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **_ids(run))
+        else:
+            self._emit(run, ResponseTextDoneEvent, text=run.item.text, **_ids(run))
+        self._emit(run, ResponseContentPartDoneEvent, part=_part(run.item, run.item.text), **_ids(run))
         self._emit(run, ResponseOutputItemDoneEvent, response_id=run.id, output_index=0, item=wire_item(run.item))
-        self._emit(run, ConversationItemDone, item=wire_item(run.item))
+        if run.options.in_conversation:
+            self._emit(run, ConversationItemDone, item=wire_item(run.item))
         self._end(run, "completed")
 
     def _fail(self, run: ResponseRun, failure: StageFailure | None) -> None:
@@ -322,9 +347,16 @@ def wire_response(run: ResponseRun, details: RealtimeResponseStatus | None = Non
         object="realtime.response",
         status=run.status,
         status_details=details,
-        output_modalities=["audio"],
+        output_modalities=["audio"] if run.item.spoken_aloud else ["text"],
+        conversation_id=None if run.options.in_conversation else "none",
+        max_output_tokens=run.options.max_output_tokens or "inf",
+        metadata=run.options.metadata,
         output=[] if run.status == "in_progress" else [wire_item(run.item, run.status)],
     )
+
+
+def _part(item: Item, text: str) -> dict[str, str]:
+    return {"type": "audio", "transcript": text} if item.spoken_aloud else {"type": "text", "text": text}
 
 
 def _most_tokens(messages: list[ChatMessage]) -> int:

@@ -274,22 +274,10 @@ class RealtimeSession:
         item = event.item
         if item.type != "message":
             raise ProtocolError("unsupported_value", "only message items can be created", "item.type")
-        kinds = {part.type for part in item.content}
-        if kinds == {"input_audio"} and item.role == "user" and len(item.content) == 1:
+        if [part.type for part in item.content] == ["input_audio"] and item.role == "user":
             await self._create_audio_item(item.id or new_id("item"), item.content[0].audio, event.previous_item_id)
             return
-        if not kinds <= {"input_text", "text", "output_text"}:
-            raise ProtocolError(
-                "unsupported_value", "an item holds text parts, or one input_audio part of a user", "item.content"
-            )
-        text = " ".join(getattr(part, "text", None) or "" for part in item.content)
-        if len(text) > self._max_item_chars:
-            raise ProtocolError(
-                "invalid_value",
-                f"item text of {len(text)} characters is over this server's limit of {self._max_item_chars}",
-                "item.content",
-            )
-        added = Item(item.id or new_id("item"), item.role, text)
+        added = Item(item.id or new_id("item"), item.role, self._message_text(item, "item"))
         previous = self._add(added, event.previous_item_id)
         self._outbox.put(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
         self._outbox.put(server_event(ConversationItemDone, item=wire_item(added), previous_item_id=previous))
@@ -349,10 +337,36 @@ class RealtimeSession:
     async def _on_response_create(self, event: ResponseCreateEvent) -> None:
         if self._responder.current is not None:
             raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
+        asked = event.response
+        options = self._settings.response_options(asked)
+        items = self._conversation.items
+        if asked is not None and asked.input is not None:  # a context of its own for this answer
+            items = tuple(self._input_item(item, f"response.input[{i}]") for i, item in enumerate(asked.input))
         self._metrics.turn_ended()
         timeline = Timeline()
         timeline.mark("requested")
-        self._responder.start(prompt(self._conversation.items, self._settings.instructions), timeline)
+        self._responder.start(prompt(items, options.instructions), timeline, options=options)
+
+    def _input_item(self, item: Any, param: str) -> Item:
+        """A ``response.input`` message as a prompt item (it joins no conversation)."""
+        if item.type != "message":
+            raise ProtocolError("unsupported_value", "response.input holds message items", param)
+        return Item(item.id or new_id("item"), item.role, self._message_text(item, param))
+
+    def _message_text(self, item: Any, param: str) -> str:
+        """The text of a message item's parts, within ``max_item_chars``."""
+        if not {part.type for part in item.content} <= {"input_text", "text", "output_text"}:
+            raise ProtocolError(
+                "unsupported_value", "an item holds text parts, or one input_audio part of a user", f"{param}.content"
+            )
+        text = " ".join(getattr(part, "text", None) or "" for part in item.content)
+        if len(text) > self._max_item_chars:
+            raise ProtocolError(
+                "invalid_value",
+                f"item text of {len(text)} characters is over this server's limit of {self._max_item_chars}",
+                f"{param}.content",
+            )
+        return text
 
     async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
         if not self._responder.cancel("client_cancelled"):

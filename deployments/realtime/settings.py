@@ -1,6 +1,8 @@
 """The session's settings: what ``session.update`` may change and ``session.updated`` shows."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from openai.types.realtime import (
     RealtimeAudioConfig,
@@ -9,6 +11,7 @@ from openai.types.realtime import (
     RealtimeSessionCreateRequest,
 )
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
+from openai.types.realtime.realtime_response_create_params import RealtimeResponseCreateParams
 from openai.types.realtime.session_update_event import Session
 from pydantic import ValidationError
 
@@ -19,6 +22,21 @@ EAGERNESS_SILENCE_MS = {"low": 1500, "high": 300}
 """``semantic_vad`` is served by the VAD turn detector (no semantic end-of-turn model runs
 here): its ``eagerness`` sets how long a pause ends the turn. ``medium`` and ``auto`` keep
 the server's own ``silence_duration_ms``."""
+
+
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True)
+class ResponseOptions:
+    """What one response is asked for: the session's settings, or a ``response.create``'s."""
+
+    text_only: bool = False
+    max_output_tokens: int | None = None
+    instructions: str | None = None
+    metadata: dict[str, str] | None = None
+    in_conversation: bool = True
+    """``conversation: "none"``: an out-of-band answer, kept out of the conversation."""
 
 
 @dataclass
@@ -34,6 +52,8 @@ class SessionSettings:
     interrupt_response: bool = True
     max_output_tokens: int | None = None
     """The client's cap on answer tokens (``None``: the model deployment's own)."""
+    text_only: bool = False
+    """``output_modalities: ["text"]``: answers are written, not spoken."""
     eagerness: str | None = None
     """Set while the client asked for ``semantic_vad`` (served as ``EAGERNESS_SILENCE_MS`` says)."""
 
@@ -44,14 +64,8 @@ class SessionSettings:
         supports (``unsupported_value``); a refused update changes nothing."""
         if not isinstance(session, RealtimeSessionCreateRequest):
             raise ProtocolError("unsupported_value", "only realtime sessions are served", "session.type")
-        if session.output_modalities not in (None, ["audio"]):
-            raise ProtocolError("unsupported_value", "output_modalities must be ['audio']", "session.output_modalities")
-        if session.instructions is not None and len(session.instructions) > self.max_instructions_chars:
-            raise ProtocolError(
-                "invalid_value",
-                f"instructions are over this server's limit of {self.max_instructions_chars} characters",
-                "session.instructions",
-            )
+        check_modalities(session.output_modalities, "session.output_modalities")
+        self._check_instructions(session.instructions, "session.instructions")
         max_output_tokens = session.max_output_tokens
         if isinstance(max_output_tokens, int):
             check_range(max_output_tokens, 1, 4096, "session.max_output_tokens")
@@ -74,7 +88,38 @@ class SessionSettings:
             self.max_output_tokens = max_output_tokens if isinstance(max_output_tokens, int) else None
         if "instructions" in session.model_fields_set:
             self.instructions = session.instructions
+        if session.output_modalities is not None:
+            self.text_only = session.output_modalities == ["text"]
         return turn_changed
+
+    def response_options(self, asked: RealtimeResponseCreateParams | None) -> ResponseOptions:
+        """One ``response.create``'s own settings over the session's, checked like an update."""
+        if asked is None:
+            return ResponseOptions(self.text_only, self.max_output_tokens, self.instructions)
+        check_modalities(asked.output_modalities, "response.output_modalities")
+        self._check_instructions(asked.instructions, "response.instructions")
+        max_output_tokens = self.max_output_tokens
+        if isinstance(asked.max_output_tokens, int):
+            max_output_tokens = check_range(asked.max_output_tokens, 1, 4096, "response.max_output_tokens")
+        elif asked.max_output_tokens == "inf":
+            max_output_tokens = None
+        if asked.conversation not in (None, "auto", "none"):
+            raise ProtocolError("unsupported_value", "conversation must be 'auto' or 'none'", "response.conversation")
+        return ResponseOptions(
+            text_only=self.text_only if asked.output_modalities is None else asked.output_modalities == ["text"],
+            max_output_tokens=max_output_tokens,
+            instructions=asked.instructions if asked.instructions is not None else self.instructions,
+            metadata=asked.metadata,
+            in_conversation=asked.conversation != "none",
+        )
+
+    def _check_instructions(self, instructions: str | None, param: str) -> None:
+        if instructions is not None and len(instructions) > self.max_instructions_chars:
+            raise ProtocolError(
+                "invalid_value",
+                f"instructions are over this server's limit of {self.max_instructions_chars} characters",
+                param,
+            )
 
     def _checked_turn_detection(self, requested: ServerVad | SemanticVad | None) -> TurnDetection | None:
         if requested is None:
@@ -128,7 +173,7 @@ class SessionSettings:
             model=self.model_name,
             instructions=self.instructions,
             max_output_tokens=self.max_output_tokens if self.max_output_tokens is not None else "inf",
-            output_modalities=["audio"],
+            output_modalities=["text"] if self.text_only else ["audio"],
             audio=RealtimeAudioConfig(
                 input=RealtimeAudioConfigInput(
                     format=AUDIO_FORMAT,
@@ -139,7 +184,13 @@ class SessionSettings:
         )
 
 
-def check_range(value: float, low: float, high: float, param: str) -> None:
-    """``invalid_value`` unless ``low <= value <= high`` (NaN is never in range)."""
+def check_range(value: N, low: float, high: float, param: str) -> N:
+    """``value``; ``invalid_value`` unless ``low <= value <= high`` (NaN is never in range)."""
     if not low <= value <= high:
         raise ProtocolError("invalid_value", f"{param.rsplit('.', 1)[-1]} must be from {low:g} to {high:g}", param)
+    return value
+
+
+def check_modalities(modalities: Sequence[str] | None, param: str) -> None:
+    if modalities not in (None, ["audio"], ["text"]):
+        raise ProtocolError("invalid_value", "output_modalities must be ['audio'] or ['text']", param)

@@ -141,3 +141,76 @@ async def test_truncation_past_the_audio_sent_is_clamped_never_refused() -> None
         assert [e["audio_end_ms"] for e in h.socket.of_type("conversation.item.truncated")] == [300, 300]
         assert h.socket.of_type("error") == []
         assert h.session._conversation.find(item_id).text == "Short."
+
+
+async def test_a_text_session_writes_its_answers_without_tts() -> None:
+    async with Harness() as h:
+        h.socket.client_sends(type="session.update", session={"type": "realtime", "output_modalities": ["text"]})
+        assert (await h.socket.wait_type("session.updated"))["session"]["output_modalities"] == ["text"]
+        h.socket.client_sends(type="response.create")
+        done = await h.socket.wait_type("response.done")
+        deltas = [e["delta"] for e in h.socket.of_type("response.output_text.delta")]
+        assert "".join(deltas) == "The answer is one. That is all."
+        assert h.socket.of_type("response.output_text.done")[0]["text"] == "The answer is one. That is all."
+        assert h.stages.tts_streams == [] and h.socket.of_type("response.output_audio.delta") == []
+        assert done["response"]["output_modalities"] == ["text"]
+        assert done["response"]["output"][0]["content"][0] == {
+            "type": "output_text",
+            "text": "The answer is one. That is all.",
+        }
+
+
+async def test_a_response_takes_its_own_modalities_instructions_tokens_and_metadata() -> None:
+    async with Harness() as h:
+        asked = {
+            "output_modalities": ["text"],
+            "instructions": "Answer in French.",
+            "max_output_tokens": 7,
+            "metadata": {"topic": "weather"},
+        }
+        h.socket.client_sends(type="response.create", response=asked)
+        done = await h.socket.wait_type("response.done")
+        request = h.stages.llm_requests[-1]
+        assert request.messages[0] == {"role": "system", "content": "Answer in French."}
+        assert request.max_tokens == 7
+        assert done["response"]["metadata"] == {"topic": "weather"}
+        assert h.socket.of_type("response.created")[0]["response"]["metadata"] == {"topic": "weather"}
+        assert h.stages.tts_streams == []
+        h.socket.client_sends(type="response.create")  # the next one is the session's again
+        await h.socket.wait_type("response.done", count=2)
+        assert h.stages.llm_requests[-1].max_tokens is None and h.stages.tts_streams != []
+
+
+async def test_an_out_of_band_response_answers_its_input_and_leaves_the_conversation_alone() -> None:
+    async with Harness() as h:
+        h.socket.client_sends(type="conversation.item.create", item=text_item("In the conversation.", "item_a"))
+        await h.socket.wait_type("conversation.item.done")
+        asked = {
+            "conversation": "none",
+            "input": [text_item("Classify this.", "item_oob")],
+            "output_modalities": ["text"],
+        }
+        h.socket.client_sends(type="response.create", response=asked)
+        done = await h.socket.wait_type("response.done")
+        assert [m["content"] for m in h.stages.llm_requests[-1].messages] == ["Classify this."]
+        assert done["response"]["conversation_id"] == "none"
+        assert [item.id for item in h.session._conversation.items] == ["item_a"]
+        assert len(h.socket.of_type("conversation.item.added")) == 1  # only the client's own item
+
+
+async def test_bad_response_options_are_refused_and_nothing_starts() -> None:
+    async with Harness() as h:
+        for asked, _ in BAD_RESPONSES:
+            h.socket.client_sends(type="response.create", response=asked)
+        await h.socket.wait_type("error", count=len(BAD_RESPONSES))
+        assert [e["error"]["param"] for e in h.socket.of_type("error")] == [param for _, param in BAD_RESPONSES]
+        assert h.stages.llm_requests == [] and "response.created" not in h.socket.types()
+
+
+BAD_RESPONSES: list[tuple[dict[str, Any], str]] = [
+    ({"output_modalities": ["audio", "text"]}, "response.output_modalities"),
+    ({"max_output_tokens": 0}, "response.max_output_tokens"),
+    ({"conversation": "conv_123"}, "response.conversation"),
+    ({"instructions": "x" * 5000}, "response.instructions"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "{}"}]}, "response.input[0]"),
+]
