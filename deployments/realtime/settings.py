@@ -65,6 +65,7 @@ class SessionSettings:
         if not isinstance(session, RealtimeSessionCreateRequest):
             raise ProtocolError("unsupported_value", "only realtime sessions are served", "session.type")
         check_modalities(session.output_modalities, "session.output_modalities")
+        check_no_tools(session.tools, "session.tools")
         self._check_instructions(session.instructions, "session.instructions")
         max_output_tokens = session.max_output_tokens
         if isinstance(max_output_tokens, int):
@@ -97,6 +98,7 @@ class SessionSettings:
         if asked is None:
             return ResponseOptions(self.text_only, self.max_output_tokens, self.instructions)
         check_modalities(asked.output_modalities, "response.output_modalities")
+        check_no_tools(asked.tools, "response.tools")
         self._check_instructions(asked.instructions, "response.instructions")
         max_output_tokens = self.max_output_tokens
         if isinstance(asked.max_output_tokens, int):
@@ -194,3 +196,10 @@ def check_range(value: N, low: float, high: float, param: str) -> N:
 def check_modalities(modalities: Sequence[str] | None, param: str) -> None:
     if modalities not in (None, ["audio"], ["text"]):
         raise ProtocolError("invalid_value", "output_modalities must be ['audio'] or ['text']", param)
+
+
+def check_no_tools(tools: Sequence[object] | None, param: str) -> None:
+    """Tools are refused until function calling is served: dropping them would let the model
+    answer as if it had called them."""
+    if tools:
+        raise ProtocolError("unsupported_value", "function calling is not supported yet", param)

@@ -40,6 +40,7 @@ BAD_SETTINGS: list[tuple[dict[str, Any], str, str]] = [
     ({"max_output_tokens": 0}, "invalid_value", "max_output_tokens"),
     ({"max_output_tokens": 5000}, "invalid_value", "max_output_tokens"),
     ({"instructions": "x" * 5000}, "invalid_value", "instructions"),
+    ({"tools": [{"type": "function", "name": "weather", "parameters": {}}]}, "unsupported_value", "tools"),
 ]
 
 

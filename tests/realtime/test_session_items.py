@@ -213,4 +213,5 @@ BAD_RESPONSES: list[tuple[dict[str, Any], str]] = [
     ({"conversation": "conv_123"}, "response.conversation"),
     ({"instructions": "x" * 5000}, "response.instructions"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": "{}"}]}, "response.input[0]"),
+    ({"tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]}, "response.tools"),
 ]

@@ -1,0 +1,67 @@
+"""The protocol parts agent frameworks lean on, end to end on the real stack (local Ray, CPU
+models) through the stock ``openai`` SDK: the Agents SDK's default session settings, an
+``input_audio`` item, item retrieve and delete, a text answer and an out-of-band one."""
+
+import base64
+
+
+def is_done(event) -> bool:
+    return event.type == "response.done"
+
+
+async def test_framework_defaults_items_and_text_answers_on_the_real_models(connect, pcm24k) -> None:
+    async with connect() as client:
+        connection = client.connection
+        await connection.session.update(
+            session={
+                "type": "realtime",
+                "output_modalities": ["text"],
+                "audio": {
+                    "input": {
+                        "noise_reduction": {"type": "near_field"},
+                        "turn_detection": {"type": "semantic_vad", "eagerness": "auto", "create_response": False},
+                    },
+                    "output": {"voice": "ash", "speed": 1.1},
+                },
+            }
+        )
+        updated = await client.until(lambda e: e.type == "session.updated")
+        assert updated.session.audio.input.turn_detection.type == "semantic_vad"
+
+        question = base64.b64encode(pcm24k("What is the capital of France?", silence_s=0.2)).decode()
+        item = {"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": question}]}
+        await connection.conversation.item.create(item=item)
+        heard = await client.until(lambda e: e.type == "conversation.item.input_audio_transcription.completed")
+        assert "capital of france" in heard.transcript.lower()
+
+        await connection.conversation.item.retrieve(item_id=heard.item_id)
+        retrieved = await client.until(lambda e: e.type == "conversation.item.retrieved")
+        assert "capital of france" in retrieved.item.content[0].transcript.lower()
+
+        await connection.response.create()
+        done = await client.until(is_done)
+        assert done.response.status == "completed" and done.response.output_modalities == ["text"]
+        answer = "".join(e.delta for e in client.of_type("response.output_text.delta"))
+        assert "paris" in answer.lower()
+        assert client.of_type("response.output_audio.delta") == []
+
+        await connection.response.create(
+            response={
+                "conversation": "none",
+                "output_modalities": ["text"],
+                "metadata": {"purpose": "title"},
+                "input": [
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}
+                ],
+            }
+        )
+        aside = await client.until(is_done)
+        assert aside.response.status == "completed" and aside.response.metadata == {"purpose": "title"}
+
+        await connection.conversation.item.delete(item_id=heard.item_id)
+        deleted = await client.until(lambda e: e.type == "conversation.item.deleted")
+        assert deleted.item_id == heard.item_id
+        await connection.conversation.item.retrieve(item_id=heard.item_id)
+        error = await client.until(lambda e: e.type == "error")
+        assert error.error.code == "item_not_found"
+    assert [e.error.code for e in client.of_type("error")] == ["item_not_found"]
