@@ -274,6 +274,8 @@ class RealtimeSession:
         item = event.item
         if item.type != "message":
             raise ProtocolError("unsupported_value", "only message items can be created", "item.type")
+        if item.id is not None and self._conversation.find(item.id) is not None:
+            raise ProtocolError("invalid_value", f"the conversation already has an item {item.id[:64]!r}", "item.id")
         if [part.type for part in item.content] == ["input_audio"] and item.role == "user":
             await self._create_audio_item(item.id or new_id("item"), item.content[0].audio, event.previous_item_id)
             return
@@ -324,6 +326,8 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", f"no assistant item {event.item_id[:64]!r}", "item_id")
         if event.content_index != 0:
             raise ProtocolError("invalid_value", "content_index must be 0 (an item has one part)", "content_index")
+        if not item.spoken_aloud:
+            raise ProtocolError("invalid_value", f"item {item.id!r} is a text answer: it has no audio", "item_id")
         if event.audio_end_ms < 0:
             raise ProtocolError("invalid_value", "audio_end_ms must not be negative", "audio_end_ms")
         # A client counts what it received, rounded as it likes: past the audio sent means

@@ -43,14 +43,17 @@ async def test_unknown_items_are_refused_and_nothing_changes() -> None:
         h.socket.client_sends(type="conversation.item.retrieve", item_id="item_nope")
         h.socket.client_sends(type="conversation.item.delete", item_id="item_nope")
         h.socket.client_sends(type="conversation.item.create", item=text_item("Hi.", "item_x"), previous_item_id="nope")
-        await h.socket.wait_type("error", count=3)
+        h.socket.client_sends(type="conversation.item.create", item=text_item("Hi.", "item_y"))
+        h.socket.client_sends(type="conversation.item.create", item=text_item("Again.", "item_y"))
+        await h.socket.wait_type("error", count=4)
         errors = [(e["error"]["code"], e["error"]["param"]) for e in h.socket.of_type("error")]
         assert errors == [
             ("item_not_found", "item_id"),
             ("item_not_found", "item_id"),
             ("item_not_found", "previous_item_id"),
+            ("invalid_value", "item.id"),
         ]
-        assert h.session._conversation.items == ()
+        assert [(item.id, item.text) for item in h.session._conversation.items] == [("item_y", "Hi.")]
         assert h.stages.stt_calls == []
 
 
@@ -158,6 +161,10 @@ async def test_a_text_session_writes_its_answers_without_tts() -> None:
             "type": "output_text",
             "text": "The answer is one. That is all.",
         }
+        item_id = done["response"]["output"][0]["id"]
+        h.socket.client_sends(type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=0)
+        assert (await h.socket.wait_type("error"))["error"]["param"] == "item_id"  # no audio to cut
+        assert h.session._conversation.find(item_id).text == "The answer is one. That is all."
 
 
 async def test_a_response_takes_its_own_modalities_instructions_tokens_and_metadata() -> None:
