@@ -20,8 +20,10 @@ def ray_local() -> Iterator[None]:
 
     # Replicas inherit this environment: the API-key tests' app reads its key from it.
     os.environ.setdefault("S2S_E2E_API_KEY", secrets.token_urlsafe(24))
-    # The dashboard serves the state API that leak checks use (ray.util.state).
-    ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False)
+    # The dashboard serves the state API that leak checks use (ray.util.state). "local": a
+    # cluster of the suite's own, even where another one (`ray start`, a test's simulated
+    # cluster) is recorded in /tmp/ray as the machine's current one.
+    ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False)
     yield
     ray.shutdown()
 
