@@ -116,6 +116,8 @@ class FakeStages:
         self.transcript = "Question one."
         self.stt_calls: list[FakeCall] = []
         self.llm_gate = Gate()
+        self.session_llm_gates: dict[str, Gate] = {}
+        """Gates for one session's LLM requests only, by scope session id."""
         self.answer = ["The answer", " is one.", " That is all."]
         self.llm_streams: list[FakeStream] = []
         self.llm_requests: list[LLMRequest] = []
@@ -163,7 +165,8 @@ class FakeStages:
 
     def generate(self, request: LLMRequest) -> FakeStream:
         self.llm_requests.append(request)
-        return FakeStream(list(self.answer), self.llm_gate, self.llm_streams)
+        gate = self.session_llm_gates.get(request.ticket.session_id, self.llm_gate)
+        return FakeStream(list(self.answer), gate, self.llm_streams)
 
     def synthesize(self, request: TTSRequest) -> FakeStream:
         chunk = bytes(int(REALTIME_RATE * 2 * self.tts_chunk_ms / 1000))

@@ -5,7 +5,7 @@ really are, and truncation as clients count it."""
 import base64
 from typing import Any
 
-from fakes import FakeStages, Harness, speech
+from fakes import FakeStages, Gate, Harness, speech
 
 
 def text_item(text: str, item_id: str, role: str = "user") -> dict[str, Any]:
@@ -165,6 +165,32 @@ async def test_a_text_session_writes_its_answers_without_tts() -> None:
         h.socket.client_sends(type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=0)
         assert (await h.socket.wait_type("error"))["error"]["param"] == "item_id"  # no audio to cut
         assert h.session._conversation.find(item_id).text == "The answer is one. That is all."
+
+
+async def test_sessions_on_the_same_stages_keep_whole_answers_when_a_text_answer_is_cancelled() -> None:
+    """A spoken and a written answer come out whole beside a written one cancelled mid-stream;
+    the cancelled one keeps the text it sent (a text answer has no audio to cut it to)."""
+    stages = FakeStages()
+    stages.answer = [f"Part {i} of the answer. " for i in range(6)]
+    whole = "".join(stages.answer)
+    text_only = {"type": "realtime", "output_modalities": ["text"]}
+    async with Harness(stages, "a") as a, Harness(stages, "b") as b, Harness(stages, "c") as c:
+        for h in (b, c):
+            h.socket.client_sends(type="session.update", session=text_only)
+            await h.socket.wait_type("session.updated")
+        b_llm = stages.session_llm_gates["b"] = Gate()
+        b_llm.close(after=1)  # b's first delta is written, then its LLM stalls
+        for h in (a, b, c):
+            h.socket.client_sends(type="response.create")
+        await b.socket.wait_type("response.output_text.delta")
+        b.socket.client_sends(type="response.cancel")
+        results = [await h.socket.wait_type("response.done") for h in (a, b, c)]
+        assert [r["response"]["status"] for r in results] == ["completed", "cancelled", "completed"]
+        assert results[0]["response"]["output"][0]["content"][0]["transcript"] == whole.strip()
+        assert results[2]["response"]["output"][0]["content"][0]["text"] == whole
+        assert results[1]["response"]["output"][0]["content"][0]["text"] == "Part 0 of the answer. "
+        assert b.socket.of_type("response.output_text.done") == []
+        assert stages.live_streams() == []
 
 
 async def test_a_response_takes_its_own_modalities_instructions_tokens_and_metadata() -> None:
