@@ -47,6 +47,10 @@ class Client:
         ]
 
 
+def is_done(event: Any) -> bool:
+    return bool(event.type == "response.done")
+
+
 def audio_of(client: Client, response_id: str) -> bytes:
     return b"".join(base64.b64decode(e.delta) for e in client.of_type("response.output_audio.delta", response_id))
 

@@ -8,7 +8,7 @@ import urllib.request
 import jiwer
 import websockets
 from ray import serve
-from realtime_client import APP_NAME, MAX_SESSIONS, audio_of
+from realtime_client import APP_NAME, MAX_SESSIONS, audio_of, is_done
 
 from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
@@ -18,10 +18,6 @@ LONG_QUESTION = "Tell me a long story about a brave knight and a dragon."
 
 def normalise(text: str) -> str:
     return jiwer.RemovePunctuation()(text.lower()).strip()
-
-
-def is_done(event) -> bool:
-    return event.type == "response.done"
 
 
 async def test_full_spoken_turn(connect, pcm24k, stt) -> None:

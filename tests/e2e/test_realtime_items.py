@@ -4,9 +4,7 @@ models) through the stock ``openai`` SDK: the Agents SDK's default session setti
 
 import base64
 
-
-def is_done(event) -> bool:
-    return event.type == "response.done"
+from realtime_client import is_done
 
 
 async def test_framework_defaults_items_and_text_answers_on_the_real_models(connect, pcm24k) -> None:
