@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from cancel import ScopeTicket
 from handlers.llm import ChatMessage
+from handlers.tools import ToolUse
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class LLMRequest:
     request_id: str
     max_tokens: int | None = None
     """The client's cap on the answer (``session.max_output_tokens``), within the model's."""
+    tools: ToolUse | None = None
+    """Functions the model may call (``None``: none, or ``tool_choice: "none"``)."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from handlers.synthetic import (
     ToneSpeaker,
     ToneTranscriber,
 )
+from handlers.tools import LLMOutput
 from handlers.tts import TextToSpeech, TTSConfig
 from handlers.vad import VADEvent, VADState, VoiceActivityDetector
 
@@ -71,12 +72,14 @@ class LLM:
             LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
         )
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMOutput]:
         """Token deltas until done, stale or cancelled (``response.cancel()`` lands here as
         ``CancelledError``; the handler then aborts the engine request). A stream stopped as
         stale ends with ``StoppedAsStale``, so that an early end is never taken for the end."""
         with ScopeCache.for_current_loop().watch(request.ticket) as view:
-            stream = self._model.stream(request.messages, view.is_stale, request.request_id, request.max_tokens)
+            stream = self._model.stream(
+                request.messages, view.is_stale, request.request_id, request.max_tokens, request.tools
+            )
             async for delta in stream:
                 yield delta
             if view.is_stale():

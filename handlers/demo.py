@@ -35,6 +35,7 @@ async def run_turn(question: str, out_path: str) -> None:
         chunker, reply = SpeechChunker(), ""
         audio: list[bytes] = []
         async for delta in llm.stream([{"role": "user", "content": transcript}]):
+            assert isinstance(delta, str)  # no tools, so no calls: only text
             reply += delta
             for piece in chunker.feed(delta):
                 audio.extend(chunk.pcm16 for chunk in tts.synthesize(piece))

@@ -14,6 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from handlers.tools import DEFAULT_TOOL_PARSER, LLMOutput, ToolCallDecoder, ToolUse
+
+TOOLS_CHAT_TEMPLATE = Path(__file__).parent / "templates" / "chatml_tools.jinja"
+
 CPU_ENGINE_ENV = {
     # 1 GiB of KV cache is plenty for short voice turns on the small CPU model.
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -41,9 +45,15 @@ class LLMConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0)
     engine_env: dict[str, str] = Field(default_factory=lambda: dict(CPU_ENGINE_ENV))
     """Environment for the engine process; ignored by settings the platform does not use."""
+    chat_template: str | None = None
+    """A Jinja chat template file instead of the model's own (``None``: the model's, except
+    for the bundled SmolLM2, whose template knows no tools: it gets ``chatml_tools.jinja``)."""
+    tool_parser: str = DEFAULT_TOOL_PARSER
+    """vLLM's tool-call parser for the model's call format (``--tool-call-parser``)."""
 
 
-ChatMessage = dict[str, str]
+ChatMessage = dict[str, Any]
+"""An OpenAI chat message: ``role``, ``content``, and ``tool_calls`` / ``tool_call_id``."""
 MIN_ANSWER_TOKENS = 16
 """A prompt that leaves fewer tokens than this for the answer is refused."""
 
@@ -59,6 +69,8 @@ class LanguageModel:
         self.engine = engine
         self.config = config
         self._tokenizer = engine.get_tokenizer()
+        template = config.chat_template or (TOOLS_CHAT_TEMPLATE if config.model is None else None)
+        self._chat_template = Path(template).read_text() if template else None
 
     @classmethod
     def create(cls, config: LLMConfig | None = None) -> "LanguageModel":
@@ -88,8 +100,14 @@ class LanguageModel:
         )
         return cls(engine, config)
 
-    def prompt(self, messages: list[ChatMessage]) -> str:
-        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    def prompt(self, messages: list[ChatMessage], tools: ToolUse | None = None) -> str:
+        return self._tokenizer.apply_chat_template(  # type: ignore[no-any-return]
+            messages,
+            tools=tools.chat_tools() if tools else None,
+            chat_template=self._chat_template,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
 
     def prompt_tokens(self, messages: list[ChatMessage]) -> int:
         return self._tokens(self.prompt(messages))
@@ -123,16 +141,19 @@ class LanguageModel:
         is_stale: Callable[[], bool] = lambda: False,
         request_id: str | None = None,
         max_tokens: int | None = None,
-    ) -> AsyncIterator[str]:
+        tools: ToolUse | None = None,
+    ) -> AsyncIterator[LLMOutput]:
         """Yield text deltas of the assistant's reply until done or stale; at most
         ``max_tokens`` (and the configured maximum) of them, and fewer when the prompt
         leaves less room in the context. A prompt that fills the context is refused with
-        :class:`PromptTooLong` before it reaches the engine."""
+        :class:`PromptTooLong` before it reaches the engine. With ``tools``, the model may
+        call them (:mod:`handlers.tools`): its calls come as typed pieces, not text."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         request_id = request_id or uuid.uuid4().hex
-        prompt = self.prompt(messages)
+        prompt = self.prompt(messages, tools)
+        decoder = ToolCallDecoder(self._tokenizer, tools, self.config.tool_parser) if tools else None
         room = self.config.max_model_len - self._tokens(prompt)
         if room < MIN_ANSWER_TOKENS:
             raise PromptTooLong(
@@ -142,6 +163,8 @@ class LanguageModel:
             max_tokens=min(self.config.max_tokens, max_tokens or self.config.max_tokens, room),
             temperature=self.config.temperature,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=decoder.structured_outputs if decoder else None,
+            skip_special_tokens=decoder.skip_special_tokens if decoder else True,
         )
         finished = False
         try:
@@ -149,8 +172,13 @@ class LanguageModel:
                 if is_stale():
                     break
                 finished = output.finished
-                if delta := output.outputs[0].text:
-                    yield delta
+                delta = output.outputs[0]
+                if decoder is None:
+                    if delta.text:
+                        yield delta.text
+                    continue
+                for piece in decoder.feed(delta.text, delta.token_ids, output.finished, output.prompt_token_ids or ()):
+                    yield piece
         finally:
             if not finished:
                 await self.engine.abort(request_id)
@@ -162,7 +190,9 @@ class LanguageModel:
         from vllm import SamplingParams
 
         request_id = f"prefill-{uuid.uuid4().hex}"
-        prompt = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+        prompt = self._tokenizer.apply_chat_template(
+            messages, chat_template=self._chat_template, tokenize=False, add_generation_prompt=False
+        )
         finished = False
         try:
             async for output in self.engine.generate(prompt, SamplingParams(max_tokens=1), request_id):

@@ -24,6 +24,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.audio import SPEECH_RATE, float_to_pcm16
+from handlers.llm import ChatMessage
+from handlers.tools import FunctionCallArguments, FunctionCallStarted, FunctionSpec, LLMOutput, ToolUse, new_call_id
 from handlers.tts import SpeechAudio
 from handlers.vad import VoiceActivityDetector
 
@@ -121,11 +123,19 @@ class ScriptedLanguageModel:
 
     async def stream(
         self,
-        messages: list[dict[str, str]],
+        messages: list[ChatMessage],
         is_stale: Callable[[], bool] = lambda: False,
         request_id: str | None = None,
         max_tokens: int | None = None,
-    ) -> AsyncIterator[str]:
+        tools: ToolUse | None = None,
+    ) -> AsyncIterator[LLMOutput]:
+        """The scripted answer; when ``tools`` force a call, a call with no arguments to the
+        function named (or the first) instead, so tool round trips can be load-tested too."""
+        if tools is not None and tools.choice != "auto":
+            function = tools.choice if isinstance(tools.choice, FunctionSpec) else tools.functions[0]
+            yield FunctionCallStarted(0, new_call_id(), function.name)
+            yield FunctionCallArguments(0, "{}")
+            return
         last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         match = _QUESTION.search(last)
         words = [f"Answer {match.group(1) if match else 'unknown'}:"]
@@ -144,10 +154,10 @@ class ScriptedLanguageModel:
         finally:
             self._running -= 1
 
-    async def prefill(self, messages: list[dict[str, str]]) -> None:
+    async def prefill(self, messages: list[ChatMessage]) -> None:
         """Nothing to compute ahead: a script has no prompt cache."""
 
-    def fit(self, messages: list[dict[str, str]]) -> int:
+    def fit(self, messages: list[ChatMessage]) -> int:
         """Every prompt fits: a script has no context."""
         return 0
 

@@ -77,6 +77,7 @@ async def bench_llm(llm: LanguageModel) -> dict:
         reply = ""
         async for delta in llm.stream([{"role": "user", "content": prompt}]):
             first = first or time.perf_counter()
+            assert isinstance(delta, str)  # no tools, so no calls: only text
             reply += delta
         assert first is not None, f"no reply to {prompt!r}"
         elapsed = time.perf_counter() - first

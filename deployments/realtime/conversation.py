@@ -17,6 +17,10 @@ from openai.types.realtime.realtime_conversation_item_assistant_message import (
 from openai.types.realtime.realtime_conversation_item_assistant_message import (
     RealtimeConversationItemAssistantMessage,
 )
+from openai.types.realtime.realtime_conversation_item_function_call import RealtimeConversationItemFunctionCall
+from openai.types.realtime.realtime_conversation_item_function_call_output import (
+    RealtimeConversationItemFunctionCallOutput,
+)
 from openai.types.realtime.realtime_conversation_item_system_message import (
     Content as SystemContent,
 )
@@ -34,11 +38,24 @@ from handlers.llm import ChatMessage
 
 @dataclass
 class Item:
-    """A conversation item as the LLM prompt sees it."""
+    """A conversation item as the LLM prompt sees it: a message, a function call (``text``:
+    its arguments) or a function's result (``text``: the output)."""
 
     id: str
     role: Literal["user", "assistant", "system"]
     text: str = ""
+    type: Literal["message", "function_call", "function_call_output"] = "message"
+    call_id: str = ""
+    name: str = ""
+    """The function called (``function_call``)."""
+    complete: bool = True
+    """False while the model is still writing the call: a cut call never reaches a prompt."""
+
+    @property
+    def prompted(self) -> bool:
+        """Whether the item is a message of the LLM's prompt (text, a whole call, a result)."""
+        return self.complete and bool(self.text or self.type == "function_call_output")
+
     transcribed: asyncio.Future[None] | None = None
     """Set once STT has filled ``text`` (user audio items only)."""
     transcription_failed: bool = False
@@ -67,6 +84,25 @@ class Item:
 
 def wire_item(item: Item, status: str = "completed") -> Any:
     item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
+    if item.type == "function_call":
+        return RealtimeConversationItemFunctionCall(
+            id=item.id,
+            type="function_call",
+            object="realtime.item",
+            status=item_status if status != "completed" or item.complete else "incomplete",
+            call_id=item.call_id,
+            name=item.name,
+            arguments=item.text,
+        )
+    if item.type == "function_call_output":
+        return RealtimeConversationItemFunctionCallOutput(
+            id=item.id,
+            type="function_call_output",
+            object="realtime.item",
+            status="completed",
+            call_id=item.call_id,
+            output=item.text,
+        )
     if item.role == "assistant":
         return RealtimeConversationItemAssistantMessage(
             id=item.id,
@@ -163,7 +199,8 @@ class Conversation:
         """Drop the oldest items that made the first ``messages`` prompt messages (items with
         text; the empty ones before and among them go too)."""
         while messages > 0 and self._items:
-            messages -= bool(self._items.pop(0).text)
+            item = self._items.pop(0)
+            messages -= item.prompted
 
     def find(self, item_id: str) -> Item | None:
         return next((item for item in self._items if item.id == item_id), None)
@@ -181,5 +218,15 @@ async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMe
     if items and items[-1].transcription_failed:
         raise StageFailure("transcription_failed", "the question's audio could not be transcribed")
     messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []
-    messages += [{"role": item.role, "content": item.text} for item in items if item.text]
+    messages += [chat_message(item) for item in items if item.prompted]
     return messages
+
+
+def chat_message(item: Item) -> ChatMessage:
+    """One item as an OpenAI chat message (what chat templates render)."""
+    if item.type == "function_call":
+        call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.text}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+    if item.type == "function_call_output":
+        return {"role": "tool", "tool_call_id": item.call_id, "content": item.text}
+    return {"role": item.role, "content": item.text}

@@ -27,6 +27,7 @@ replaced by a fresh run.
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from openai.types.realtime import (
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
     ResponseDoneEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseTextDeltaEvent,
@@ -63,6 +66,7 @@ from deployments.realtime.timeline import Timeline
 from handlers.audio import REALTIME_RATE
 from handlers.llm import ChatMessage
 from handlers.text import SpeechChunker
+from handlers.tools import FunctionCallArguments, FunctionCallStarted, LLMOutput
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +96,12 @@ class ResponseRun:
     shown: bool = True
     """False while held: the client has seen nothing of it yet."""
     options: ResponseOptions = ResponseOptions()
+    after: str | None = None
+    """The item a held run's first output follows (the user's turn)."""
+    outputs: list[Item] = field(default_factory=list)
+    """The items announced so far, in output order: the answer (``item``), function calls."""
+    calls: list[Item] = field(default_factory=list)
+    """The function calls, by the model's call index."""
     status: Status = "in_progress"
     streams: set[StageStream[Any]] = field(default_factory=set)
     task: "asyncio.Task[None] | None" = None
@@ -147,8 +157,10 @@ class Responder:
         """Start answering ``prompt``; a held run is seen by nobody until adopted.
 
         ``previous_item_id`` is the item a held run's answer will follow once adopted (the
-        user's turn); a shown run follows the conversation's last item, unless ``options``
-        keep it out of the conversation. Without ``options``, the session's settings apply.
+        user's turn); a shown run's outputs follow the conversation's last item, unless
+        ``options`` keep them out of the conversation. Without ``options``, the session's
+        settings apply. Output items are announced as the model starts each: an answer
+        that is only a function call has no empty message beside it.
         """
         options = options or self._session.response_options(None)
         item = Item(new_id("item"), "assistant", spoken_aloud=not options.text_only)
@@ -156,15 +168,11 @@ class Responder:
         run = ResponseRun(new_id("resp"), item, self._scope.generation, future, timeline, options=options)
         if held:
             run.shown = False
+            run.after = previous_item_id
             self._outbox.hold(run.id)
         else:
             self.current = run
-            if options.in_conversation:
-                previous_item_id = self._conversation.add(run.item)
         self._emit(run, ResponseCreatedEvent, response=wire_response(run))
-        if options.in_conversation:
-            wire = wire_item(item, "in_progress")
-            self._emit(run, ConversationItemAdded, item=wire, previous_item_id=previous_item_id)
         run.task = self._spawn(self._run(run))
         run.task.add_done_callback(lambda _: self._outbox.forget(run.id))
         return run
@@ -216,7 +224,9 @@ class Responder:
         if same and run.status in ("in_progress", "completed"):
             run.timeline.adopted = True
             run.shown = True
-            self._conversation.add(run.item)
+            if run.options.in_conversation:
+                for item in run.outputs:
+                    self._conversation.add(item)
             self._outbox.release(run.id)
             if run.status == "completed":
                 self.current = None
@@ -228,19 +238,20 @@ class Responder:
         try:
             messages = await self._fitted(await run.prompt)
             run.timeline.mark("prompt_ready")
-            wire = wire_item(run.item, "in_progress")
-            self._emit(run, ResponseOutputItemAddedEvent, response_id=run.id, output_index=0, item=wire)
-            self._emit(run, ResponseContentPartAddedEvent, part=_part(run.item, ""), **_ids(run))
             ticket = self._scope.ticket(run.generation)
-            llm = self._stages.generate(LLMRequest(messages, ticket, run.id, run.options.max_output_tokens))
+            options = run.options
+            llm = self._stages.generate(LLMRequest(messages, ticket, run.id, options.max_output_tokens, options.tools))
             run.streams.add(llm)
-            if run.item.spoken_aloud:
-                chunker = SpeechChunker(first_chunk_max_words=self._settings.first_chunk_words)
-                async with contextlib.aclosing(_speakable(llm, chunker, run.timeline)) as pieces:
-                    async for piece in pieces:
-                        await self._speak(run, piece, ticket)
-            else:
-                await self._write(run, llm)
+            spoken = run.item.spoken_aloud
+            chunker = SpeechChunker(first_chunk_max_words=self._settings.first_chunk_words) if spoken else None
+            async with contextlib.aclosing(_pieces(llm, chunker, run.timeline)) as pieces:
+                async for piece in pieces:
+                    if not isinstance(piece, str):
+                        await self._call(run, piece)
+                        continue
+                    if run.item not in run.outputs:
+                        self._announce(run, run.item)
+                    await (self._speak(run, piece, ticket) if spoken else self._write(run, piece))
         except Exception as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -266,13 +277,45 @@ class Responder:
         self._conversation.forget_oldest(dropped)
         return system + kept
 
-    async def _write(self, run: ResponseRun, deltas: StageStream[str]) -> None:
+    def _announce(self, run: ResponseRun, item: Item) -> None:
+        """``item`` is the run's next output: the client (and the conversation) get it."""
+        run.outputs.append(item)
+        wire = wire_item(item, "in_progress")
+        if run.options.in_conversation:
+            if run.shown:
+                previous = self._conversation.add(item)
+            else:
+                previous = run.outputs[-2].id if len(run.outputs) > 1 else run.after
+            self._emit(run, ConversationItemAdded, item=wire, previous_item_id=previous)
+        self._emit(run, ResponseOutputItemAddedEvent, response_id=run.id, output_index=len(run.outputs) - 1, item=wire)
+        if item is run.item:
+            self._emit(run, ResponseContentPartAddedEvent, part=_part(item, ""), **_ids(run))
+
+    async def _call(self, run: ResponseRun, piece: FunctionCallStarted | FunctionCallArguments) -> None:
+        """The model calls a function: the call is an output item of its own."""
+        if isinstance(piece, FunctionCallStarted):
+            call = Item(new_id("item"), "assistant", "", "function_call", piece.call_id, piece.name, complete=False)
+            run.calls.append(call)
+            self._announce(run, call)
+            return
+        call = run.calls[piece.index]
+        await self._outbox.room(run.id)
+        call.text += piece.delta
+        self._emit(
+            run,
+            ResponseFunctionCallArgumentsDeltaEvent,
+            response_id=run.id,
+            item_id=call.id,
+            output_index=run.outputs.index(call),
+            call_id=call.call_id,
+            delta=piece.delta,
+        )
+
+    async def _write(self, run: ResponseRun, delta: str) -> None:
         """A text answer: the LLM's deltas as they come, no TTS."""
-        async for delta in deltas:
-            run.timeline.mark("llm_first_delta")
-            await self._outbox.room(run.id)
-            run.item.text += delta
-            self._emit(run, ResponseTextDeltaEvent, delta=delta, **_ids(run))
+        await self._outbox.room(run.id)
+        run.item.text += delta
+        self._emit(run, ResponseTextDeltaEvent, delta=delta, **_ids(run))
 
     async def _speak(self, run: ResponseRun, piece: str, ticket: ScopeTicket) -> None:
         text = piece if not run.item.text else " " + piece
@@ -296,15 +339,31 @@ class Responder:
         if self.current is run and run.shown:
             self.current = None
         run.status = "completed"
-        if run.item.spoken_aloud:
-            self._emit(run, ResponseAudioDoneEvent, **_ids(run))
-            self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=run.item.text, **_ids(run))
-        else:
-            self._emit(run, ResponseTextDoneEvent, text=run.item.text, **_ids(run))
-        self._emit(run, ResponseContentPartDoneEvent, part=_part(run.item, run.item.text), **_ids(run))
-        self._emit(run, ResponseOutputItemDoneEvent, response_id=run.id, output_index=0, item=wire_item(run.item))
-        if run.options.in_conversation:
-            self._emit(run, ConversationItemDone, item=wire_item(run.item))
+        if not run.outputs:  # an empty answer still has its item
+            self._announce(run, run.item)
+        for index, item in enumerate(run.outputs):
+            if item is not run.item:
+                item.complete = True
+                self._emit(
+                    run,
+                    ResponseFunctionCallArgumentsDoneEvent,
+                    response_id=run.id,
+                    item_id=item.id,
+                    output_index=index,
+                    call_id=item.call_id,
+                    name=item.name,
+                    arguments=item.text,
+                )
+            elif item.spoken_aloud:
+                self._emit(run, ResponseAudioDoneEvent, **_ids(run))
+                self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=item.text, **_ids(run))
+            else:
+                self._emit(run, ResponseTextDoneEvent, text=item.text, **_ids(run))
+            if item is run.item:
+                self._emit(run, ResponseContentPartDoneEvent, part=_part(item, item.text), **_ids(run))
+            self._emit(run, ResponseOutputItemDoneEvent, response_id=run.id, output_index=index, item=wire_item(item))
+            if run.options.in_conversation:
+                self._emit(run, ConversationItemDone, item=wire_item(item))
         self._end(run, "completed")
 
     def _fail(self, run: ResponseRun, failure: StageFailure | None) -> None:
@@ -328,15 +387,22 @@ class Responder:
         self._outbox.put(server_event(event_type, **fields), run.id)
 
 
-async def _speakable(deltas: StageStream[str], chunker: SpeechChunker, timeline: Timeline) -> AsyncGenerator[str, None]:
-    """LLM deltas as speakable pieces, pulled by the speaker: nothing queues between them,
-    so a cancel leaves no producer behind (review D1); closed with ``aclosing``."""
-    async for delta in deltas:
+async def _pieces(
+    outputs: StageStream[LLMOutput], chunker: SpeechChunker | None, timeline: Timeline
+) -> AsyncGenerator[LLMOutput, None]:
+    """The LLM's outputs as the responder takes them: text in speakable pieces (with a
+    ``chunker``) or as it comes, function calls as they are. Pulled by the responder:
+    nothing queues between them, so a cancel leaves no producer behind (review D1); closed
+    with ``aclosing``."""
+    async for output in outputs:
         timeline.mark("llm_first_delta")
-        for piece in chunker.feed(delta):
+        if chunker is None or not isinstance(output, str):
+            yield output
+            continue
+        for piece in chunker.feed(output):
             timeline.mark("first_piece")
             yield piece
-    for piece in chunker.flush():
+    for piece in chunker.flush() if chunker is not None else ():
         timeline.mark("first_piece")
         yield piece
 
@@ -351,7 +417,7 @@ def wire_response(run: ResponseRun, details: RealtimeResponseStatus | None = Non
         conversation_id=None if run.options.in_conversation else "none",
         max_output_tokens=run.options.max_output_tokens or "inf",
         metadata=run.options.metadata,
-        output=[] if run.status == "in_progress" else [wire_item(run.item, run.status)],
+        output=[] if run.status == "in_progress" else [wire_item(item, run.status) for item in run.outputs],
     )
 
 
@@ -362,11 +428,17 @@ def _part(item: Item, text: str) -> dict[str, str]:
 def _most_tokens(messages: list[ChatMessage]) -> int:
     """More tokens than ``messages`` can take in any byte-level tokenizer (each byte at most a
     token, plus the chat template's markup), so below the budget no count is needed."""
-    return 64 + sum(16 + len(m["content"].encode()) for m in messages)
+    return 64 + sum(16 + len(json.dumps(m).encode()) for m in messages)
 
 
 def _ids(run: ResponseRun) -> dict[str, Any]:
-    return {"response_id": run.id, "item_id": run.item.id, "output_index": 0, "content_index": 0}
+    """Where the answer's content is: its item's place among the run's outputs."""
+    return {
+        "response_id": run.id,
+        "item_id": run.item.id,
+        "output_index": run.outputs.index(run.item),
+        "content_index": 0,
+    }
 
 
 def _ms(pcm_bytes: int) -> float:

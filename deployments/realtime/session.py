@@ -272,14 +272,12 @@ class RealtimeSession:
 
     async def _on_conversation_item_create(self, event: ConversationItemCreateEvent) -> None:
         item = event.item
-        if item.type != "message":
-            raise ProtocolError("unsupported_value", "only message items can be created", "item.type")
         if item.id is not None and self._conversation.find(item.id) is not None:
             raise ProtocolError("invalid_value", f"the conversation already has an item {item.id[:64]!r}", "item.id")
-        if [part.type for part in item.content] == ["input_audio"] and item.role == "user":
+        if item.type == "message" and [part.type for part in item.content] == ["input_audio"] and item.role == "user":
             await self._create_audio_item(item.id or new_id("item"), item.content[0].audio, event.previous_item_id)
             return
-        added = Item(item.id or new_id("item"), item.role, self._message_text(item, "item"))
+        added = self._client_item(item, "item")
         previous = self._add(added, event.previous_item_id)
         self._outbox.put(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
         self._outbox.put(server_event(ConversationItemDone, item=wire_item(added), previous_item_id=previous))
@@ -322,8 +320,8 @@ class RealtimeSession:
 
     async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
         item = self._conversation.find(event.item_id)
-        if item is None or item.role != "assistant":
-            raise ProtocolError("invalid_value", f"no assistant item {event.item_id[:64]!r}", "item_id")
+        if item is None or item.role != "assistant" or item.type != "message":
+            raise ProtocolError("invalid_value", f"no assistant message {event.item_id[:64]!r}", "item_id")
         if event.content_index != 0:
             raise ProtocolError("invalid_value", "content_index must be 0 (an item has one part)", "content_index")
         if not item.spoken_aloud:
@@ -345,17 +343,33 @@ class RealtimeSession:
         options = self._settings.response_options(asked)
         items = self._conversation.items
         if asked is not None and asked.input is not None:  # a context of its own for this answer
-            items = tuple(self._input_item(item, f"response.input[{i}]") for i, item in enumerate(asked.input))
+            items = tuple(self._client_item(item, f"response.input[{i}]") for i, item in enumerate(asked.input))
         self._metrics.turn_ended()
         timeline = Timeline()
         timeline.mark("requested")
         self._responder.start(prompt(items, options.instructions), timeline, options=options)
 
-    def _input_item(self, item: Any, param: str) -> Item:
-        """A ``response.input`` message as a prompt item (it joins no conversation)."""
-        if item.type != "message":
-            raise ProtocolError("unsupported_value", "response.input holds message items", param)
-        return Item(item.id or new_id("item"), item.role, self._message_text(item, param))
+    def _client_item(self, item: Any, param: str) -> Item:
+        """A client's text message, function call or function result as an item."""
+        item_id = item.id or new_id("item")
+        if item.type == "message":
+            return Item(item_id, item.role, self._message_text(item, param))
+        if item.type == "function_call":
+            arguments = self._within_limit(item.arguments or "{}", f"{param}.arguments")
+            return Item(item_id, "assistant", arguments, "function_call", item.call_id or new_id("call"), item.name)
+        if item.type == "function_call_output":
+            output = self._within_limit(item.output, f"{param}.output")
+            return Item(item_id, "user", output, "function_call_output", item.call_id)
+        raise ProtocolError("unsupported_value", f"{item.type} items are not supported", f"{param}.type")
+
+    def _within_limit(self, text: str, param: str) -> str:
+        if len(text) > self._max_item_chars:
+            raise ProtocolError(
+                "invalid_value",
+                f"item text of {len(text)} characters is over this server's limit of {self._max_item_chars}",
+                param,
+            )
+        return text
 
     def _message_text(self, item: Any, param: str) -> str:
         """The text of a message item's parts, within ``max_item_chars``."""
@@ -363,14 +377,9 @@ class RealtimeSession:
             raise ProtocolError(
                 "unsupported_value", "an item holds text parts, or one input_audio part of a user", f"{param}.content"
             )
-        text = " ".join(getattr(part, "text", None) or "" for part in item.content)
-        if len(text) > self._max_item_chars:
-            raise ProtocolError(
-                "invalid_value",
-                f"item text of {len(text)} characters is over this server's limit of {self._max_item_chars}",
-                f"{param}.content",
-            )
-        return text
+        return self._within_limit(
+            " ".join(getattr(part, "text", None) or "" for part in item.content), f"{param}.content"
+        )
 
     async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
         if not self._responder.cancel("client_cancelled"):

@@ -1,8 +1,8 @@
 """The session's settings: what ``session.update`` may change and ``session.updated`` shows."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from openai.types.realtime import (
     RealtimeAudioConfig,
@@ -11,11 +11,14 @@ from openai.types.realtime import (
     RealtimeSessionCreateRequest,
 )
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
+from openai.types.realtime.realtime_function_tool import RealtimeFunctionTool
 from openai.types.realtime.realtime_response_create_params import RealtimeResponseCreateParams
 from openai.types.realtime.session_update_event import Session
+from openai.types.responses.tool_choice_function import ToolChoiceFunction
 from pydantic import ValidationError
 
 from deployments.realtime.protocol import AUDIO_FORMAT, ProtocolError, check_format
+from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection
 
 EAGERNESS_SILENCE_MS = {"low": 1500, "high": 300}
@@ -37,6 +40,8 @@ class ResponseOptions:
     metadata: dict[str, str] | None = None
     in_conversation: bool = True
     """``conversation: "none"``: an out-of-band answer, kept out of the conversation."""
+    tools: ToolUse | None = None
+    """Functions the answer may call (``None``: none, or ``tool_choice: "none"``)."""
 
 
 @dataclass
@@ -56,6 +61,9 @@ class SessionSettings:
     """``output_modalities: ["text"]``: answers are written, not spoken."""
     eagerness: str | None = None
     """Set while the client asked for ``semantic_vad`` (served as ``EAGERNESS_SILENCE_MS`` says)."""
+    tools: list[FunctionSpec] = field(default_factory=list)
+    tool_choice: str | FunctionSpec = "auto"
+    """``auto``, ``none``, ``required``, or the one function every answer must call."""
 
     def update(self, session: Session) -> bool:
         """Apply a ``session.update``; return whether turn detection changed (the input
@@ -65,7 +73,9 @@ class SessionSettings:
         if not isinstance(session, RealtimeSessionCreateRequest):
             raise ProtocolError("unsupported_value", "only realtime sessions are served", "session.type")
         check_modalities(session.output_modalities, "session.output_modalities")
-        check_no_tools(session.tools, "session.tools")
+        tools = self.tools if session.tools is None else functions(session.tools, "session.tools")
+        choice = describe_tool_choice(self.tool_choice) if session.tool_choice is None else session.tool_choice
+        tool_choice = checked_tool_choice(choice, tools, "session.tool_choice")
         self._check_instructions(session.instructions, "session.instructions")
         max_output_tokens = session.max_output_tokens
         if isinstance(max_output_tokens, int):
@@ -91,14 +101,19 @@ class SessionSettings:
             self.instructions = session.instructions
         if session.output_modalities is not None:
             self.text_only = session.output_modalities == ["text"]
+        self.tools, self.tool_choice = tools, tool_choice
         return turn_changed
 
     def response_options(self, asked: RealtimeResponseCreateParams | None) -> ResponseOptions:
         """One ``response.create``'s own settings over the session's, checked like an update."""
         if asked is None:
-            return ResponseOptions(self.text_only, self.max_output_tokens, self.instructions)
+            return ResponseOptions(
+                self.text_only, self.max_output_tokens, self.instructions, tools=tool_use(self.tools, self.tool_choice)
+            )
         check_modalities(asked.output_modalities, "response.output_modalities")
-        check_no_tools(asked.tools, "response.tools")
+        tools = self.tools if asked.tools is None else functions(asked.tools, "response.tools")
+        choice = describe_tool_choice(self.tool_choice) if asked.tool_choice is None else asked.tool_choice
+        tool_choice = checked_tool_choice(choice, tools, "response.tool_choice")
         self._check_instructions(asked.instructions, "response.instructions")
         max_output_tokens = self.max_output_tokens
         if isinstance(asked.max_output_tokens, int):
@@ -113,6 +128,7 @@ class SessionSettings:
             instructions=asked.instructions if asked.instructions is not None else self.instructions,
             metadata=asked.metadata,
             in_conversation=asked.conversation != "none",
+            tools=tool_use(tools, tool_choice),
         )
 
     def _check_instructions(self, instructions: str | None, param: str) -> None:
@@ -176,6 +192,8 @@ class SessionSettings:
             instructions=self.instructions,
             max_output_tokens=self.max_output_tokens if self.max_output_tokens is not None else "inf",
             output_modalities=["text"] if self.text_only else ["audio"],
+            tools=[RealtimeFunctionTool(type="function", **function.model_dump()) for function in self.tools],
+            tool_choice=describe_tool_choice(self.tool_choice),
             audio=RealtimeAudioConfig(
                 input=RealtimeAudioConfigInput(
                     format=AUDIO_FORMAT,
@@ -198,8 +216,42 @@ def check_modalities(modalities: Sequence[str] | None, param: str) -> None:
         raise ProtocolError("invalid_value", "output_modalities must be ['audio'] or ['text']", param)
 
 
-def check_no_tools(tools: Sequence[object] | None, param: str) -> None:
-    """Tools are refused until function calling is served: dropping them would let the model
-    answer as if it had called them."""
-    if tools:
-        raise ProtocolError("unsupported_value", "function calling is not supported yet", param)
+def functions(tools: Sequence[Any], param: str) -> list[FunctionSpec]:
+    """The function tools a client gave; other kinds (MCP servers) are not served."""
+    specs = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, RealtimeFunctionTool):
+            raise ProtocolError("unsupported_value", "only function tools are supported", f"{param}[{index}].type")
+        try:
+            specs.append(FunctionSpec.model_validate(tool.model_dump(exclude={"type"}, exclude_none=True)))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = f"{param}[{index}].{first['loc'][0]}"
+            raise ProtocolError("invalid_value", f"{first['msg']} at {field!r}", field) from None
+    if len({spec.name for spec in specs}) < len(specs):
+        raise ProtocolError("invalid_value", "two tools have the same name", param)
+    return specs
+
+
+def checked_tool_choice(choice: Any, tools: list[FunctionSpec], param: str) -> str | FunctionSpec:
+    """``auto``/``none``/``required``, or the function named, which must be among ``tools``."""
+    if isinstance(choice, str):
+        return choice
+    if not isinstance(choice, ToolChoiceFunction):
+        raise ProtocolError("unsupported_value", "tool_choice may name a function, not an MCP tool", param)
+    named = next((tool for tool in tools if tool.name == choice.name), None)
+    if named is None:
+        raise ProtocolError("invalid_value", f"tool_choice names {choice.name[:64]!r}, which is not in tools", param)
+    return named
+
+
+def tool_use(tools: list[FunctionSpec], choice: str | FunctionSpec) -> ToolUse | None:
+    """What the LLM is told of the tools (``None``: it may call none)."""
+    if not tools or choice == "none":
+        return None
+    return ToolUse(functions=tools, choice=choice)  # type: ignore[arg-type]
+
+
+def describe_tool_choice(choice: str | FunctionSpec) -> Any:
+    """The choice as the protocol has it (a function is named: new tools may redefine it)."""
+    return ToolChoiceFunction(type="function", name=choice.name) if isinstance(choice, FunctionSpec) else choice

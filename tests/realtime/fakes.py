@@ -118,7 +118,10 @@ class FakeStages:
         self.llm_gate = Gate()
         self.session_llm_gates: dict[str, Gate] = {}
         """Gates for one session's LLM requests only, by scope session id."""
-        self.answer = ["The answer", " is one.", " That is all."]
+        self.answer: list[Any] = ["The answer", " is one.", " That is all."]
+        """Text deltas, and function-call pieces (``handlers.tools``)."""
+        self.session_answers: dict[str, list[Any]] = {}
+        """One session's answer only, by scope session id."""
         self.llm_streams: list[FakeStream] = []
         self.llm_requests: list[LLMRequest] = []
         self.prefills: list[list[dict[str, str]]] = []
@@ -166,7 +169,8 @@ class FakeStages:
     def generate(self, request: LLMRequest) -> FakeStream:
         self.llm_requests.append(request)
         gate = self.session_llm_gates.get(request.ticket.session_id, self.llm_gate)
-        return FakeStream(list(self.answer), gate, self.llm_streams)
+        answer = self.session_answers.get(request.ticket.session_id, self.answer)
+        return FakeStream(list(answer), gate, self.llm_streams)
 
     def synthesize(self, request: TTSRequest) -> FakeStream:
         chunk = bytes(int(REALTIME_RATE * 2 * self.tts_chunk_ms / 1000))

@@ -26,6 +26,7 @@ BAD_EVENTS: list[tuple[str, str, str | None]] = [
         None,
     ),
 ]
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 BAD_SETTINGS: list[tuple[dict[str, Any], str, str]] = [
     ({"audio": {"input": {"turn_detection": {**TURN, "threshold": 5}}}}, "invalid_value", "threshold"),
     ({"audio": {"input": {"turn_detection": {**TURN, "threshold": float("nan")}}}}, "invalid_value", "threshold"),
@@ -40,7 +41,10 @@ BAD_SETTINGS: list[tuple[dict[str, Any], str, str]] = [
     ({"max_output_tokens": 0}, "invalid_value", "max_output_tokens"),
     ({"max_output_tokens": 5000}, "invalid_value", "max_output_tokens"),
     ({"instructions": "x" * 5000}, "invalid_value", "instructions"),
-    ({"tools": [{"type": "function", "name": "weather", "parameters": {}}]}, "unsupported_value", "tools"),
+    ({"tools": [{"type": "mcp", "server_label": "docs", "server_url": "https://x"}]}, "unsupported_value", "type"),
+    ({"tools": [{"type": "function", "name": "bad name!"}]}, "invalid_value", "name"),
+    ({"tools": [WEATHER_TOOL, WEATHER_TOOL]}, "invalid_value", "tools"),
+    ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "invalid_value", "tool_choice"),
 ]
 
 

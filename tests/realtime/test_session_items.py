@@ -245,6 +245,10 @@ BAD_RESPONSES: list[tuple[dict[str, Any], str]] = [
     ({"max_output_tokens": 0}, "response.max_output_tokens"),
     ({"conversation": "conv_123"}, "response.conversation"),
     ({"instructions": "x" * 5000}, "response.instructions"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "{}"}]}, "response.input[0]"),
-    ({"tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]}, "response.tools"),
+    (
+        {"input": [{"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": "AAAA"}]}]},
+        "response.input[0].content",
+    ),
+    ({"tools": [{"type": "function", "name": "bad name!"}]}, "response.tools[0].name"),
+    ({"tool_choice": {"type": "function", "name": "get_weather"}}, "response.tool_choice"),
 ]
