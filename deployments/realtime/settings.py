@@ -61,6 +61,8 @@ class SessionSettings:
     """``output_modalities: ["text"]``: answers are written, not spoken."""
     eagerness: str | None = None
     """Set while the client asked for ``semantic_vad`` (served as ``EAGERNESS_SILENCE_MS`` says)."""
+    idle_timeout_ms: int | None = None
+    """Server VAD: silence this long after an answer has played prompts a response."""
     tools: list[FunctionSpec] = field(default_factory=list)
     tool_choice: str | FunctionSpec = "auto"
     """``auto``, ``none``, ``required``, or the one function every answer must call."""
@@ -148,7 +150,6 @@ class SessionSettings:
             return self.defaults.model_copy(update={"silence_duration_ms": silence_ms})
         if requested.idle_timeout_ms is not None:
             check_range(requested.idle_timeout_ms, 5000, 30000, f"{param}.idle_timeout_ms")
-            raise ProtocolError("unsupported_value", "idle_timeout_ms is not supported", f"{param}.idle_timeout_ms")
         given = {
             name: value
             for name in ("threshold", "prefix_padding_ms", "silence_duration_ms")
@@ -166,6 +167,7 @@ class SessionSettings:
     ) -> None:
         self.turn_detection = turn_detection
         self.eagerness = (requested.eagerness or "auto") if isinstance(requested, SemanticVad) else None
+        self.idle_timeout_ms = requested.idle_timeout_ms if isinstance(requested, ServerVad) else None
         if requested is not None:
             self.create_response = requested.create_response is not False
             self.interrupt_response = requested.interrupt_response is not False
@@ -182,6 +184,7 @@ class SessionSettings:
             threshold=turn.threshold,
             prefix_padding_ms=turn.prefix_padding_ms,
             silence_duration_ms=turn.silence_duration_ms,
+            idle_timeout_ms=self.idle_timeout_ms,
             **reactions,
         )
 

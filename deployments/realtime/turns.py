@@ -25,6 +25,7 @@ from openai.types.realtime import (
     InputAudioBufferCommittedEvent,
     InputAudioBufferSpeechStartedEvent,
     InputAudioBufferSpeechStoppedEvent,
+    InputAudioBufferTimeoutTriggered,
 )
 
 from deployments.metrics import SessionMetrics
@@ -75,6 +76,8 @@ class TurnTaker:
         self._spawn = spawn
         self._speech_item_id: str | None = None
         self._speculation: Speculation | None = None
+        self._idle_timer: asyncio.Task[None] | None = None
+        responder.ended = self._time_silence
 
     async def run(self) -> None:
         while True:
@@ -83,6 +86,7 @@ class TurnTaker:
     def on_event(self, event: TurnEvent) -> None:
         vad = event.vad
         if isinstance(vad, SpeechStarted):
+            self._stop_idle_timer()
             self._speech_item_id = new_id("item")
             self._outbox.put(
                 server_event(
@@ -114,6 +118,42 @@ class TurnTaker:
         """The input restarted (cleared, reconfigured or committed by hand)."""
         self.drop_speculation()
         self._speech_item_id = None
+        self._stop_idle_timer()
+
+    def _time_silence(self, run: ResponseRun) -> None:
+        """An answer ended: with ``idle_timeout_ms`` (server VAD), that long a silence after
+        its audio has played prompts a response, as OpenAI's server does on a phone line."""
+        self._stop_idle_timer()
+        timeout_ms = self._settings.idle_timeout_ms
+        if timeout_ms is not None and self._settings.turn_detection is not None:
+            played_s = run.item.audio_ms / 1000
+            self._idle_timer = self._spawn(self._idle_after(played_s + timeout_ms / 1000))
+
+    def _stop_idle_timer(self) -> None:
+        timer, self._idle_timer = self._idle_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    async def _idle_after(self, seconds: float) -> None:
+        """The timeout itself; the silence ends up in the conversation as an empty user audio
+        item (``input_audio_buffer.timeout_triggered``, ``committed``) and is answered."""
+        start_ms = self._audio.received_ms
+        await asyncio.sleep(seconds)
+        self._idle_timer = None
+        if self._responder.current is not None or self._speech_item_id is not None:
+            return
+        item_id = new_id("item")
+        ids = {"audio_start_ms": start_ms, "audio_end_ms": self._audio.received_ms, "item_id": item_id}
+        self._outbox.put(server_event(InputAudioBufferTimeoutTriggered, **ids))
+        silence = Item(item_id, "user", transcribed=asyncio.get_running_loop().create_future())
+        silence.transcribed.set_result(None)  # type: ignore[union-attr]
+        previous = self._conversation.add(silence)
+        self._outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
+        for added in (ConversationItemAdded, ConversationItemDone):
+            self._outbox.put(server_event(added, item=wire_item(silence), previous_item_id=previous))
+        timeline = Timeline()
+        timeline.mark("requested")
+        self._responder.start(prompt(self._conversation.items, self._settings.instructions), timeline)
 
     def drop_speculation(self) -> None:
         speculation, self._speculation = self._speculation, None

@@ -5,7 +5,9 @@ really are, and truncation as clients count it."""
 import base64
 from typing import Any
 
-from fakes import FakeStages, Gate, Harness, speech
+from fakes import FakeStages, Gate, Harness, append_audio, speech
+
+from handlers.audio import REALTIME_RATE
 
 
 def text_item(text: str, item_id: str, role: str = "user") -> dict[str, Any]:
@@ -252,3 +254,25 @@ BAD_RESPONSES: list[tuple[dict[str, Any], str]] = [
     ({"tools": [{"type": "function", "name": "bad name!"}]}, "response.tools[0].name"),
     ({"tool_choice": {"type": "function", "name": "get_weather"}}, "response.tool_choice"),
 ]
+
+
+async def test_silence_after_an_answer_has_played_prompts_a_response_when_idle_timeout_is_set() -> None:
+    async with Harness() as h:
+        turn = {"type": "server_vad", "idle_timeout_ms": 5000}
+        h.socket.client_sends(
+            type="session.update", session={"type": "realtime", "audio": {"input": {"turn_detection": turn}}}
+        )
+        updated = await h.socket.wait_type("session.updated")
+        assert updated["session"]["audio"]["input"]["turn_detection"]["idle_timeout_ms"] == 5000
+        h.socket.client_sends(type="response.create")
+        await h.socket.wait_type("response.done")
+        append_audio(h.socket, bytes(REALTIME_RATE * 2 * 8))  # 8 s of silence from the microphone
+        # 5 s after the answer's 0.9 s of audio has played: the fake stages answer at once
+        timeout = await h.socket.wait_type("input_audio_buffer.timeout_triggered", timeout_s=10)
+        assert timeout["audio_end_ms"] - timeout["audio_start_ms"] >= 5000
+        committed = await h.socket.wait_type("input_audio_buffer.committed")
+        assert committed["item_id"] == timeout["item_id"]
+        done = await h.socket.wait_type("response.done", count=2)
+        assert done["response"]["status"] == "completed"
+        assert [i.id for i in h.session._conversation.items][-2] == timeout["item_id"]
+        assert h.socket.of_type("error") == []
