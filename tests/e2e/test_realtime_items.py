@@ -3,6 +3,7 @@ models) through the stock ``openai`` SDK: the Agents SDK's default session setti
 ``input_audio`` item, item retrieve and delete, a text answer and an out-of-band one."""
 
 import base64
+import json
 
 from realtime_client import is_done
 
@@ -63,3 +64,38 @@ async def test_framework_defaults_items_and_text_answers_on_the_real_models(conn
         error = await client.until(lambda e: e.type == "error")
         assert error.error.code == "item_not_found"
     assert [e.error.code for e in client.of_type("error")] == ["item_not_found"]
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+async def test_a_required_function_call_and_the_answer_from_its_result(connect) -> None:
+    async with connect() as client:
+        connection = client.connection
+        question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}
+        await connection.conversation.item.create(item=question)
+        await connection.response.create(
+            response={"output_modalities": ["text"], "tools": [WEATHER], "tool_choice": "required"}
+        )
+        done = await client.until(is_done)
+        [call] = done.response.output
+        assert (call.type, call.status, call.name) == ("function_call", "completed", "get_weather")
+        assert "paris" in json.loads(call.arguments)["city"].lower()
+        deltas = "".join(e.delta for e in client.of_type("response.function_call_arguments.delta"))
+        [arguments_done] = client.of_type("response.function_call_arguments.done")
+        assert deltas == arguments_done.arguments == call.arguments and arguments_done.call_id == call.call_id
+
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"weather": "sunny, 21 C"}'}
+        await connection.conversation.item.create(item=result)
+        await connection.response.create(
+            response={"output_modalities": ["text"], "tools": [WEATHER], "tool_choice": "none"}
+        )
+        answer = await client.until(is_done)
+        text = answer.response.output[0].content[0].text.lower()
+        assert "sunny" in text or "21" in text, text
+    assert client.of_type("error") == []
