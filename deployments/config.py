@@ -110,6 +110,10 @@ class IngressConfig(BaseModel):
     """While the user speaks, have the LLM compute the conversation so far, so the answer's
     prompt finds it in vLLM's prefix cache (the replica that serves the answer may differ
     when the LLM has several: then it only costs that prefill)."""
+    partial_transcript_interval_s: float | None = Field(1.0, gt=0)
+    """While the user speaks, transcribe the utterance so far this often and send the words
+    it adds as ``…input_audio_transcription.delta`` (``None``: one delta once transcribed).
+    Never while the turn may be ending (a pause): then the STT works for the answer."""
     history_items: int = Field(40, ge=2)
     """Conversation items kept for the LLM prompt (oldest dropped first)."""
     api_key_env: str | None = None

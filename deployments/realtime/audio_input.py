@@ -85,6 +85,10 @@ class AudioInput:
         """Input audio taken in since the input last restarted (the clock of ``audio_*_ms``)."""
         return self._buffer.end_sample * 1000 // SPEECH_RATE
 
+    def speech_so_far(self) -> np.ndarray:
+        """The current utterance as far as it has been taken in (a copy)."""
+        return self._buffer.peek()
+
     def append(self, pcm16: bytes) -> None:
         """Audio from the client (24 kHz PCM16); refused while the VAD is too far behind."""
         if not pcm16:

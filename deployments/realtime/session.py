@@ -133,6 +133,7 @@ class RealtimeSession:
             metrics,
             self._spawn,
             config.prefill_while_listening,
+            config.partial_transcript_interval_s,
         )
         self._metrics = metrics
         self._handlers: dict[type[OpenAIModel], Handler] = {

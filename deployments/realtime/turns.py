@@ -64,9 +64,14 @@ class TurnTaker:
         metrics: SessionMetrics,
         spawn: Spawn,
         prefill: bool = True,
+        partial_transcript_interval_s: float | None = None,
     ) -> None:
         self._audio = audio
         self._prefill = prefill
+        self._partial_interval_s = partial_transcript_interval_s
+        self._partials: asyncio.Task[None] | None = None
+        self._partial_text: dict[str, str] = {}
+        """What each utterance's partial transcripts have sent, by item id."""
         self._stages = stages
         self._conversation = conversation
         self._responder = responder
@@ -97,6 +102,9 @@ class TurnTaker:
                 self._responder.cancel("turn_detected")
             if self._prefill and self._settings.create_response:
                 self._spawn(self._prefill_conversation())
+            if self._partial_interval_s is not None:
+                self._stop_partials()
+                self._partials = self._spawn(self._partial_transcripts(self._speech_item_id, self._partial_interval_s))
         elif isinstance(vad, SpeechPaused):
             assert event.audio is not None
             self._speculate(vad, event.audio, event.lag_s)
@@ -114,9 +122,46 @@ class TurnTaker:
         except Exception as exc:  # only a head start: the answer computes it anyway
             logger.warning("LLM prefill failed: %r", exc)
 
+    async def _partial_transcripts(self, item_id: str, interval_s: float) -> None:
+        """The words of the growing utterance, as ``delta`` events, every ``interval_s``.
+
+        Only whole words go out (the last may be cut), and only while each transcript
+        extends what was sent: a delta cannot take words back. ``completed`` always carries
+        the whole final transcript. At most one call is in flight, and none in a pause.
+        """
+        sent = self._partial_text.setdefault(item_id, "")
+        while True:
+            await asyncio.sleep(interval_s)  # the interval itself, not a synchronisation
+            audio = self._audio.speech_so_far()
+            if self._speculation is not None or len(audio) < SPEECH_RATE * interval_s:
+                continue
+            try:
+                text = await _transcript(self._stages.transcribe(audio))
+            except StageFailure as exc:  # only a preview: the final transcript reports failures
+                logger.info("partial transcript of %s failed: %s", item_id, exc.message)
+                continue
+            words = text[: text.rstrip().rfind(" ") + 1]
+            if words.startswith(sent) and len(words) > len(sent):
+                self._outbox.put(
+                    server_event(
+                        ConversationItemInputAudioTranscriptionDeltaEvent,
+                        item_id=item_id,
+                        content_index=0,
+                        delta=words[len(sent) :],
+                    )
+                )
+                sent = self._partial_text[item_id] = words
+
+    def _stop_partials(self) -> None:
+        partials, self._partials = self._partials, None
+        if partials is not None:
+            partials.cancel()
+
     def reset(self) -> None:
         """The input restarted (cleared, reconfigured or committed by hand)."""
         self.drop_speculation()
+        self._stop_partials()
+        self._partial_text.pop(self._speech_item_id or "", None)
         self._speech_item_id = None
         self._stop_idle_timer()
 
@@ -210,6 +255,7 @@ class TurnTaker:
     def _end_turn(self, vad: SpeechStopped, utterance: np.ndarray, lag_s: float | None) -> None:
         item_id = self._speech_item_id or new_id("item")
         self._speech_item_id = None
+        self._stop_partials()
         speculation, self._speculation = self._speculation, None
         stopped = server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=vad.audio_end_ms, item_id=item_id)
         self._outbox.put(stopped)
@@ -217,6 +263,7 @@ class TurnTaker:
             self._discard(speculation)  # nothing to answer, or it heard other audio
             speculation = None
         if vad.too_short:
+            self._partial_text.pop(item_id, None)
             return
         self._metrics.turn_ended()
         if speculation is None:
@@ -263,7 +310,10 @@ class TurnTaker:
         finally:
             item.transcribed.set_result(None)
         ids = {"item_id": item.id, "content_index": 0}
-        self._outbox.put(server_event(ConversationItemInputAudioTranscriptionDeltaEvent, delta=item.text, **ids))
+        sent = self._partial_text.pop(item.id, "")
+        if item.text.startswith(sent) and len(item.text) > len(sent):  # the rest of it
+            rest = item.text[len(sent) :]
+            self._outbox.put(server_event(ConversationItemInputAudioTranscriptionDeltaEvent, delta=rest, **ids))
         self._outbox.put(
             server_event(
                 ConversationItemInputAudioTranscriptionCompletedEvent,

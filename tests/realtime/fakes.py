@@ -114,6 +114,8 @@ class FakeStages:
         self.vad_calls = 0
         self.stt_gate = Gate()
         self.transcript = "Question one."
+        self.transcript_of: Callable[[np.ndarray], str] | None = None
+        """When set, the transcript of the audio given (else ``transcript``)."""
         self.stt_calls: list[FakeCall] = []
         self.llm_gate = Gate()
         self.session_llm_gates: dict[str, Gate] = {}
@@ -146,14 +148,14 @@ class FakeStages:
     def transcribe(self, audio: np.ndarray) -> FakeCall:
         if self.fail_transcribe is not None:
             raise self.fail_transcribe
-        call = FakeCall(self._transcribed, self.stt_gate)
+        call = FakeCall(lambda: self._transcribed(audio), self.stt_gate)
         self.stt_calls.append(call)
         return call
 
-    def _transcribed(self) -> str:
+    def _transcribed(self, audio: np.ndarray) -> str:
         if self.fail_transcribe_async:
             raise ConnectionError("STT replica died")
-        return self.transcript
+        return self.transcript if self.transcript_of is None else self.transcript_of(audio)
 
     async def prefill(self, messages: list[dict[str, str]]) -> None:
         self.prefills.append(messages)

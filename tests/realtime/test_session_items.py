@@ -2,12 +2,14 @@
 ``previous_item_id``, ``input_audio`` items, ``semantic_vad`` and the settings served as they
 really are, and truncation as clients count it."""
 
+import asyncio
 import base64
 from typing import Any
 
+import numpy as np
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
-from handlers.audio import REALTIME_RATE
+from handlers.audio import REALTIME_RATE, SPEECH_RATE
 
 
 def text_item(text: str, item_id: str, role: str = "user") -> dict[str, Any]:
@@ -276,3 +278,24 @@ async def test_silence_after_an_answer_has_played_prompts_a_response_when_idle_t
         assert done["response"]["status"] == "completed"
         assert [i.id for i in h.session._conversation.items][-2] == timeout["item_id"]
         assert h.socket.of_type("error") == []
+
+
+async def test_the_growing_utterance_is_transcribed_while_the_user_speaks() -> None:
+    words = "What is the weather like in Paris today".split()
+
+    def transcript_of(audio: np.ndarray) -> str:  # a word per 0.2 s of tone heard
+        return " ".join(words[: max(1, min(len(words), int(len(audio) / SPEECH_RATE / 0.2)))]) + "."
+
+    async with Harness(partial_transcript_interval_s=0.3) as h:
+        h.stages.transcript_of = transcript_of
+        pcm, frame = speech(seconds=1.6), REALTIME_RATE * 2 // 10
+        for offset in range(0, len(pcm), frame):  # a live microphone: 100 ms a frame
+            append_audio(h.socket, pcm[offset : offset + frame])
+            await asyncio.sleep(0.1)
+        completed = await h.socket.wait_type("conversation.item.input_audio_transcription.completed")
+        deltas = h.socket.of_type("conversation.item.input_audio_transcription.delta")
+        assert len(deltas) >= 3 and {d["item_id"] for d in deltas} == {completed["item_id"]}
+        assert "".join(d["delta"] for d in deltas) == completed["transcript"]
+        stopped = h.socket.types().index("input_audio_buffer.speech_stopped")
+        assert h.socket.types().index("conversation.item.input_audio_transcription.delta") < stopped
+        assert all(d["delta"].endswith(" ") for d in deltas[:-1]), "partials send whole words"
