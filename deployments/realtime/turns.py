@@ -43,6 +43,9 @@ from handlers.vad import SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopp
 
 logger = logging.getLogger(__name__)
 
+MIN_PARTIAL_S = 0.5
+"""Less speech than this has no words worth a partial transcript."""
+
 
 @dataclass
 class Speculation:
@@ -133,7 +136,7 @@ class TurnTaker:
         while True:
             await asyncio.sleep(interval_s)  # the interval itself, not a synchronisation
             audio = self._audio.speech_so_far()
-            if self._speculation is not None or len(audio) < SPEECH_RATE * interval_s:
+            if self._speculation is not None or len(audio) < SPEECH_RATE * MIN_PARTIAL_S:
                 continue
             try:
                 text = await _transcript(self._stages.transcribe(audio))

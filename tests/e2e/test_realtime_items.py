@@ -99,3 +99,20 @@ async def test_a_required_function_call_and_the_answer_from_its_result(connect) 
         text = answer.response.output[0].content[0].text.lower()
         assert "sunny" in text or "21" in text, text
     assert client.of_type("error") == []
+
+
+async def test_words_are_transcribed_while_the_user_speaks(connect, pcm24k) -> None:
+    async with connect() as client:
+        # Long enough for the STT of this 2-core machine, busy with the LLM's prefill of the
+        # conversation too, to answer a partial before the turn ends.
+        question = (
+            "What is the weather like in Paris today, and should I take an umbrella when I go out this afternoon?"
+        )
+        await client.send_audio(pcm24k(question), realtime=True)
+        completed = await client.until(lambda e: e.type == "conversation.item.input_audio_transcription.completed")
+    types = [e.type for e in client.events]
+    partials = types[: types.index("input_audio_buffer.speech_stopped")]
+    assert "conversation.item.input_audio_transcription.delta" in partials, " ".join(types)
+    deltas = [e.delta for e in client.of_type("conversation.item.input_audio_transcription.delta")]
+    assert completed.transcript.startswith(deltas[0]) and deltas[0].endswith(" "), (deltas, completed.transcript)
+    assert client.of_type("error") == []
