@@ -45,6 +45,8 @@ ANSWER_WORDS = 40
 SYNTHETIC = {"answer_words": ANSWER_WORDS, "tokens_per_s": 10}
 """Answers of several seconds, so that a node can be lost while one is being spoken."""
 STAGE_TIMEOUT_S = 10
+REPORT_TIMEOUT_S = 60
+"""How long every replica of a deployment has to answer `placement()`."""
 
 
 def rendered_rayservice() -> dict[str, Any]:
@@ -120,14 +122,18 @@ class Placements:
     @staticmethod
     async def _reports(deployment: str, expected: int) -> list[ReplicaPlacement]:
         """Asks until each of the ``expected`` replicas has answered (the router picks one
-        replica per call)."""
+        replica per call), for up to ``REPORT_TIMEOUT_S``: a handle learns of a new replica by
+        Serve's long poll, and on a loaded machine its router may keep to the one it knows
+        for a while (seen: 50 quick rounds of 8 calls all answered by one of two TTS)."""
         handle = serve.get_deployment_handle(deployment, APP)
         seen: dict[str, ReplicaPlacement] = {}
-        for _ in range(50):
+        deadline = time.monotonic() + REPORT_TIMEOUT_S
+        while time.monotonic() < deadline:
             for report in await asyncio.gather(*(handle.placement.remote() for _ in range(4 * expected))):
                 seen[report.replica] = report
             if len(seen) >= expected:
                 return sorted(seen.values(), key=lambda report: report.replica)
+            await asyncio.sleep(0.5)  # no event tells when the router's view changes: ask again
         raise RuntimeError(f"{deployment}: {len(seen)} of {expected} replicas answered")
 
 
