@@ -50,12 +50,6 @@ class Item:
     """The function called (``function_call``)."""
     complete: bool = True
     """False while the model is still writing the call: a cut call never reaches a prompt."""
-
-    @property
-    def prompted(self) -> bool:
-        """Whether the item is a message of the LLM's prompt (text, a whole call, a result)."""
-        return self.complete and bool(self.text or self.type == "function_call_output")
-
     transcribed: asyncio.Future[None] | None = None
     """Set once STT has filled ``text`` (user audio items only)."""
     transcription_failed: bool = False
@@ -65,6 +59,11 @@ class Item:
     """Assistant audio sent so far (ms); a piece cut by a cancel ends inside ``spoken``."""
     spoken_aloud: bool = True
     """Assistant items: an audio answer (``output_audio``), else a text one (``output_text``)."""
+
+    @property
+    def prompted(self) -> bool:
+        """Whether the item is a message of the LLM's prompt (text, a whole call, a result)."""
+        return self.complete and bool(self.text or self.type == "function_call_output")
 
     def speak(self, text: str, audio_ms: float, continues_piece: bool) -> None:
         """A piece's audio (or more of it) is about to be sent: its text joins the item."""
@@ -199,8 +198,7 @@ class Conversation:
         """Drop the oldest items that made the first ``messages`` prompt messages (items with
         text; the empty ones before and among them go too)."""
         while messages > 0 and self._items:
-            item = self._items.pop(0)
-            messages -= item.prompted
+            messages -= self._items.pop(0).prompted
 
     def find(self, item_id: str) -> Item | None:
         return next((item for item in self._items if item.id == item_id), None)

@@ -345,7 +345,9 @@ class Responder:
         if not run.outputs:  # an empty answer still has its item
             self._announce(run, run.item)
         for index, item in enumerate(run.outputs):
-            if item is not run.item:
+            if item is run.item:
+                self._answer_done(run)
+            else:
                 item.complete = True
                 self._emit(
                     run,
@@ -357,17 +359,20 @@ class Responder:
                     name=item.name,
                     arguments=item.text,
                 )
-            elif item.spoken_aloud:
-                self._emit(run, ResponseAudioDoneEvent, **_ids(run))
-                self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=item.text, **_ids(run))
-            else:
-                self._emit(run, ResponseTextDoneEvent, text=item.text, **_ids(run))
-            if item is run.item:
-                self._emit(run, ResponseContentPartDoneEvent, part=_part(item, item.text), **_ids(run))
             self._emit(run, ResponseOutputItemDoneEvent, response_id=run.id, output_index=index, item=wire_item(item))
             if run.options.in_conversation:
                 self._emit(run, ConversationItemDone, item=wire_item(item))
         self._end(run, "completed")
+
+    def _answer_done(self, run: ResponseRun) -> None:
+        """The spoken or written answer's content is whole."""
+        answer = run.item
+        if answer.spoken_aloud:
+            self._emit(run, ResponseAudioDoneEvent, **_ids(run))
+            self._emit(run, ResponseAudioTranscriptDoneEvent, transcript=answer.text, **_ids(run))
+        else:
+            self._emit(run, ResponseTextDoneEvent, text=answer.text, **_ids(run))
+        self._emit(run, ResponseContentPartDoneEvent, part=_part(answer, answer.text), **_ids(run))
 
     def _fail(self, run: ResponseRun, failure: StageFailure | None) -> None:
         run.status = "failed"

@@ -75,9 +75,7 @@ class SessionSettings:
         if not isinstance(session, RealtimeSessionCreateRequest):
             raise ProtocolError("unsupported_value", "only realtime sessions are served", "session.type")
         check_modalities(session.output_modalities, "session.output_modalities")
-        tools = self.tools if session.tools is None else functions(session.tools, "session.tools")
-        choice = describe_tool_choice(self.tool_choice) if session.tool_choice is None else session.tool_choice
-        tool_choice = checked_tool_choice(choice, tools, "session.tool_choice")
+        tools, tool_choice = self._tools_over_the_session(session.tools, session.tool_choice, "session")
         self._check_instructions(session.instructions, "session.instructions")
         max_output_tokens = session.max_output_tokens
         if isinstance(max_output_tokens, int):
@@ -113,9 +111,7 @@ class SessionSettings:
                 self.text_only, self.max_output_tokens, self.instructions, tools=tool_use(self.tools, self.tool_choice)
             )
         check_modalities(asked.output_modalities, "response.output_modalities")
-        tools = self.tools if asked.tools is None else functions(asked.tools, "response.tools")
-        choice = describe_tool_choice(self.tool_choice) if asked.tool_choice is None else asked.tool_choice
-        tool_choice = checked_tool_choice(choice, tools, "response.tool_choice")
+        tools, tool_choice = self._tools_over_the_session(asked.tools, asked.tool_choice, "response")
         self._check_instructions(asked.instructions, "response.instructions")
         max_output_tokens = self.max_output_tokens
         if isinstance(asked.max_output_tokens, int):
@@ -132,6 +128,15 @@ class SessionSettings:
             in_conversation=asked.conversation != "none",
             tools=tool_use(tools, tool_choice),
         )
+
+    def _tools_over_the_session(
+        self, tools: Sequence[Any] | None, tool_choice: Any, prefix: str
+    ) -> tuple[list[FunctionSpec], str | FunctionSpec]:
+        """The tools and choice asked for, each the session's where not given, checked
+        together (a named function must be among the tools that will be in force)."""
+        specs = self.tools if tools is None else functions(tools, f"{prefix}.tools")
+        choice = describe_tool_choice(self.tool_choice) if tool_choice is None else tool_choice
+        return specs, checked_tool_choice(choice, specs, f"{prefix}.tool_choice")
 
     def _check_instructions(self, instructions: str | None, param: str) -> None:
         if instructions is not None and len(instructions) > self.max_instructions_chars:
