@@ -14,14 +14,19 @@ from deployments.models import LLM, STT, TTS, VAD
 def build_app(args: dict[str, Any] | None = None) -> Application:
     config = AppConfig.model_validate(args or {})
     synthetic = config.synthetic
+    vad_deployment = (
+        _configured(VAD, config.vad.deployment).bind(synthetic) if config.vad.placement == "deployment" else None
+    )
     return _configured(RealtimeIngress, config.ingress.deployment).bind(
-        _configured(VAD, config.vad.deployment).bind(synthetic),
+        vad_deployment,
         _configured(STT, config.stt.deployment).bind(config.stt.handler, synthetic),
         _configured(LLM, config.llm.deployment).bind(config.llm.handler, synthetic),
         _configured(TTS, config.tts.deployment).bind(config.tts.handler, synthetic),
         config.ingress,
         _model_name(config),
         None if synthetic is not None else config.llm.handler.max_model_len - config.llm.handler.max_tokens,
+        config.vad.batch_interval_s,
+        synthetic,
     )
 
 

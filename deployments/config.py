@@ -142,6 +142,14 @@ class IngressConfig(BaseModel):
 
 class VADStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    placement: Literal["ingress", "deployment"] = "ingress"
+    """Where the detector runs: in each ingress replica (``ingress``: no call leaves the
+    process, as in every peer), or on the VAD deployment (``deployment``: one call per tick
+    per ingress replica, for clusters that keep models off the ingress's nodes). The
+    ``deployment`` options below apply only to the latter."""
+    batch_interval_s: float = Field(0.03, gt=0, le=0.5)
+    """One detector run per this interval per ingress replica serves every session's new
+    audio (``deployments.voice_activity``): longer batches more and answers later."""
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64)
 
 

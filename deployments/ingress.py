@@ -35,6 +35,8 @@ from deployments.realtime.protocol import (
     encode,
     error_event,
 )
+from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
+from handlers.synthetic import SyntheticConfig
 
 logger = logging.getLogger(__name__)
 
@@ -101,16 +103,21 @@ class RealtimeIngress:
 
     def __init__(
         self,
-        vad: DeploymentHandle,
+        vad: DeploymentHandle | None,
         stt: DeploymentHandle,
         llm: DeploymentHandle,
         tts: DeploymentHandle,
         config: IngressConfig,
         model_name: str,
         prompt_budget_tokens: int | None = None,
+        vad_batch_interval_s: float = 0.03,
+        synthetic: SyntheticConfig | None = None,
     ) -> None:
-        self._stages = ServeStages(vad, stt, llm, tts)
-        self._models = {"vad": vad, "stt": stt, "llm": llm, "tts": tts}
+        """``vad``: the VAD deployment, or ``None`` to run the detector in this replica."""
+        run_vad = on_deployment(vad) if vad is not None else in_process(detector_for(synthetic))
+        self._vad = VADBatcher(run_vad, vad_batch_interval_s)
+        self._stages = ServeStages(self._vad, stt, llm, tts)
+        self._models = {"stt": stt, "llm": llm, "tts": tts} | ({"vad": vad} if vad is not None else {})
         self._config = config
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
@@ -137,9 +144,10 @@ class RealtimeIngress:
     @api.get("/readyz")
     async def readyz(self) -> JSONResponse:
         """Ready when every model deployment answers (a replica answers once its model has
-        loaded): ``make run`` and load balancers wait for this, not for the ingress alone."""
+        loaded): ``make run`` and load balancers wait for this, not for the ingress alone.
+        A detector in this replica loaded before it answered anything."""
         answers = await asyncio.gather(*(self._ready(handle) for handle in self._models.values()))
-        models = dict(zip(self._models, answers, strict=True))
+        models = {"vad": True} | dict(zip(self._models, answers, strict=True))
         ready = all(models.values()) and not self._closing
         return JSONResponse({"ready": ready, "models": models}, status_code=200 if ready else 503)
 
@@ -289,5 +297,6 @@ class RealtimeIngress:
 
     async def __del__(self) -> None:
         await self._close_all()
+        self._vad.close()
         if (directory := self._built_directory()) is not None:
             await directory.shutdown()

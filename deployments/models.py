@@ -2,8 +2,8 @@
 
 Each holds one model (or, given a ``SyntheticConfig``, its synthetic stand-in from
 ``handlers.synthetic``, for load-testing the serving layer) and nothing per session: VAD
-state travels with each call, and the LLM and TTS replicas watch the session's cancel
-scope through this process's :class:`cancel.ScopeCache` only for the life of a request.
+state travels with each call (when VAD runs here, not in the ingress), and the LLM and TTS
+replicas watch the session's cancel scope through this process's :class:`cancel.ScopeCache` only for the life of a request.
 CPU-bound model calls run in a thread so the replica's event loop (which also carries the
 scope cache's long-polls) stays responsive.
 """
@@ -17,31 +17,27 @@ from ray import serve
 from cancel import ScopeCache
 from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from deployments.placement import replica_placement
+from deployments.voice_activity import VADCall, VADResult, detector_for, in_process
 from handlers.audio import SPEECH_RATE
 from handlers.llm import ChatMessage, LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
-from handlers.synthetic import (
-    EnergyVoiceDetector,
-    ScriptedLanguageModel,
-    SyntheticConfig,
-    ToneSpeaker,
-    ToneTranscriber,
-)
+from handlers.synthetic import ScriptedLanguageModel, SyntheticConfig, ToneSpeaker, ToneTranscriber
 from handlers.tools import LLMOutput
 from handlers.tts import TextToSpeech, TTSConfig
-from handlers.vad import VADEvent, VADState, VoiceActivityDetector
 
 
 @serve.deployment
 class VAD:
+    """``vad.placement: deployment``: each call carries a tick's asks of every session of
+    one ingress replica (``deployments.voice_activity``)."""
+
     placement = replica_placement
 
     def __init__(self, synthetic: SyntheticConfig | None = None) -> None:
-        self._detector = VoiceActivityDetector() if synthetic is None else EnergyVoiceDetector()
+        self._run = in_process(detector_for(synthetic))
 
-    def detect(self, state: VADState, samples: np.ndarray) -> tuple[VADState, list[VADEvent]]:
-        events = self._detector.detect(state, samples)
-        return state, events
+    async def detect_batch(self, calls: list[VADCall]) -> list[VADResult]:
+        return await self._run(calls)
 
     def ready(self) -> bool:
         """Answering at all means the model is loaded (it loads in ``__init__``)."""

@@ -20,14 +20,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.audio import SPEECH_RATE, float_to_pcm16
 from handlers.llm import ChatMessage
 from handlers.tools import FunctionCallArguments, FunctionCallStarted, FunctionSpec, LLMOutput, ToolUse, new_call_id
 from handlers.tts import SpeechAudio
-from handlers.vad import VoiceActivityDetector
+from handlers.vad import CHUNK_SAMPLES, VoiceActivityDetector
 
 BASE_HZ = 400.0
 STEP_HZ = 25.0
@@ -75,28 +74,19 @@ def answer_number(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-class _EnergyModel:
-    """Silero's model interface (probability per 512-sample window) from signal energy."""
+class EnergyNetwork:
+    """The speech network's interface (probability per window) from signal energy."""
 
-    def __init__(self) -> None:
-        self.reset_states()
-
-    def reset_states(self, batch_size: int = 1) -> None:
-        self._state = torch.zeros((2, batch_size, 128))
-        self._context = torch.zeros(0)
-        self._last_sr = 0
-        self._last_batch_size = 0
-
-    def __call__(self, chunk: torch.Tensor, sampling_rate: int) -> torch.Tensor:
-        rms = float(chunk.pow(2).mean().sqrt())
-        return torch.tensor([[1.0 if rms > ENERGY_THRESHOLD else 0.0]])
+    def __call__(self, windows: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rms = np.sqrt(np.mean(np.square(windows[:, -CHUNK_SAMPLES:]), axis=1))
+        return (rms > ENERGY_THRESHOLD).astype(np.float32), state
 
 
 class EnergyVoiceDetector(VoiceActivityDetector):
     """The real segmenter (start, pause, resume, stop, too short) on an energy detector."""
 
     def __init__(self) -> None:
-        self._model = _EnergyModel()
+        super().__init__(EnergyNetwork())
 
 
 class ToneTranscriber:

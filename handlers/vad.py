@@ -1,14 +1,18 @@
 """Voice activity detection with silero-vad, split into a stateless detector and its state.
 
-The detector (the ONNX model) is loaded once per process. Everything a session needs
-between calls is in a small picklable :class:`VADState` (~2 KB: silero's recurrent state,
-its 64-sample context, the segmenter's counters and < 32 ms of pending audio), so any
-replica can serve any call and the audio itself stays with the caller, in an
-:class:`UtteranceBuffer`. Settings use the OpenAI Realtime ``server_vad`` names.
+The detector (the ONNX network and silero's own segmenter) is loaded once per process.
+Everything a session needs between calls is in a small picklable :class:`VADState` (~2 KB
+of numpy and numbers: silero's recurrent state, its 64-sample context, the segmenter's
+counters and < 32 ms of pending audio), so any process can serve any call and the audio
+itself stays with the caller, in an :class:`UtteranceBuffer`. One network call serves a
+whole batch of sessions (:meth:`VoiceActivityDetector.detect_batch`): silero's network
+takes a batch dimension, its rows independent. Settings use the OpenAI Realtime
+``server_vad`` names.
 """
 
-import copy
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -19,6 +23,10 @@ from handlers.audio import SPEECH_RATE
 
 CHUNK_SAMPLES = 512
 """silero-vad's window at 16 kHz (32 ms)."""
+CONTEXT_SAMPLES = 64
+"""The tail of the previous window silero's network sees before each window at 16 kHz."""
+_STATE_SHAPE = (2, 128)
+"""silero's recurrent state per batch row."""
 
 
 def ms_to_samples(ms: int) -> int:
@@ -41,16 +49,25 @@ class TurnDetection(BaseModel):
 
 @dataclass
 class VADState:
-    """One session's detector state; travels with each call to whichever replica serves it."""
+    """One session's detector state, built from its :class:`TurnDetection`; plain numbers
+    and numpy only, so it pickles small when it travels to a VAD deployment and back."""
 
-    turn_detection: TurnDetection
-    model_state: np.ndarray = field(default_factory=lambda: np.zeros((2, 1, 128), dtype=np.float32))
-    context: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    turn_detection: InitVar[TurnDetection]
+    threshold: float = field(init=False)
+    min_silence_samples: int = field(init=False)
+    min_speech_samples: int = field(init=False)
+    model_state: np.ndarray = field(default_factory=lambda: np.zeros(_STATE_SHAPE, dtype=np.float32))
+    context: np.ndarray = field(default_factory=lambda: np.zeros(CONTEXT_SAMPLES, dtype=np.float32))
     triggered: bool = False
     temp_end: int = 0
     samples_seen: int = 0
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     speech_start: int | None = None
+
+    def __post_init__(self, turn_detection: TurnDetection) -> None:
+        self.threshold = turn_detection.threshold
+        self.min_silence_samples = ms_to_samples(turn_detection.silence_duration_ms)
+        self.min_speech_samples = ms_to_samples(turn_detection.min_speech_duration_ms)
 
     @property
     def in_speech(self) -> bool:
@@ -94,31 +111,111 @@ class SpeechResumed:
 VADEvent = SpeechStarted | SpeechPaused | SpeechResumed | SpeechStopped
 
 
-class VoiceActivityDetector:
-    """The shared silero model; :meth:`detect` advances a session's :class:`VADState`."""
+class SpeechNetwork(Protocol):
+    """Speech probability of a batch of windows: ``windows`` is ``(batch, CONTEXT_SAMPLES +
+    CHUNK_SAMPLES)``, ``state`` ``(2, batch, 128)``; returns ``(batch,)`` probabilities and
+    the next state."""
+
+    def __call__(self, windows: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class SileroNetwork:
+    """silero-vad's ONNX network, called on a batch (one thread: the caller batches)."""
 
     def __init__(self) -> None:
-        self._model = load_silero_vad(onnx=True)
+        self._session = load_silero_vad(onnx=True).session
+        self._rate = np.array(SPEECH_RATE, dtype=np.int64)
+
+    def __call__(self, windows: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        probabilities, next_state = self._session.run(None, {"input": windows, "state": state, "sr": self._rate})
+        return probabilities[:, 0], next_state
+
+
+class _GivenProbability:
+    """Stands in for the network inside silero's ``VADIterator``, so that its segmenter (the
+    start/pause/stop rules) runs on probabilities the batch computed beforehand."""
+
+    def __init__(self) -> None:
+        self.probability = np.float32(0.0)
+        """A numpy scalar: the segmenter asks it for ``.item()``, as it would a tensor."""
+
+    def __call__(self, window: torch.Tensor, sampling_rate: int) -> np.float32:
+        return self.probability
+
+    def reset_states(self) -> None:
+        """``VADIterator`` resets its model on construction; there is nothing to reset."""
+
+
+_WINDOW = torch.zeros(CHUNK_SAMPLES)
+"""What the segmenter is handed per window: it reads only the length."""
+
+
+class VoiceActivityDetector:
+    """A speech network plus silero's segmenter; :meth:`detect_batch` advances many
+    sessions' :class:`VADState` with one network call per 32 ms window."""
+
+    def __init__(self, network: SpeechNetwork | None = None) -> None:
+        self._network = network or SileroNetwork()
+        self._probability = _GivenProbability()
+        # One segmenter, loaded with a session's counters for each run: built once, not per call.
+        self._segmenter = VADIterator(self._probability, sampling_rate=SPEECH_RATE, speech_pad_ms=0)
 
     def detect(self, state: VADState, samples: np.ndarray) -> list[VADEvent]:
         """Feed 16 kHz float32 audio of any length; update ``state``; return boundaries."""
-        iterator = self._restore(state)
-        audio = np.concatenate([state.pending, samples.astype(np.float32, copy=False)])
-        whole = len(audio) // CHUNK_SAMPLES * CHUNK_SAMPLES
+        return self.detect_batch([(state, samples)])[0]
+
+    def detect_batch(self, calls: Sequence[tuple[VADState, np.ndarray]]) -> list[list[VADEvent]]:
+        """:meth:`detect` for many sessions at once (each state at most once)."""
+        audios = [
+            np.concatenate([state.context, state.pending, samples.astype(np.float32, copy=False)])
+            for state, samples in calls
+        ]
+        windows = [(len(audio) - CONTEXT_SAMPLES) // CHUNK_SAMPLES for audio in audios]
+        probabilities = self._probabilities([state for state, _ in calls], audios, windows)
+        events: list[list[VADEvent]] = []
+        for (state, _), audio, count, session_probabilities in zip(calls, audios, windows, probabilities, strict=True):
+            events.append(self._segment(state, session_probabilities))
+            whole = CONTEXT_SAMPLES + count * CHUNK_SAMPLES
+            state.context = audio[whole - CONTEXT_SAMPLES : whole].copy()
+            state.pending = audio[whole:].copy()
+        return events
+
+    def _probabilities(self, states: list[VADState], audios: list[np.ndarray], windows: list[int]) -> list[np.ndarray]:
+        """Every session's speech probability per window: one network call per window
+        index, over the sessions that have that many windows."""
+        recurrent = np.stack([state.model_state for state in states], axis=1)
+        probabilities = [np.zeros(count, dtype=np.float32) for count in windows]
+        for index in range(max(windows, default=0)):
+            rows = [row for row, count in enumerate(windows) if count > index]
+            start = index * CHUNK_SAMPLES
+            batch = np.stack([audios[row][start : start + CONTEXT_SAMPLES + CHUNK_SAMPLES] for row in rows])
+            batch_probabilities, recurrent[:, rows] = self._network(batch, np.ascontiguousarray(recurrent[:, rows]))
+            for row, probability in zip(rows, batch_probabilities, strict=True):
+                probabilities[row][index] = probability
+        for row, state in enumerate(states):
+            state.model_state = recurrent[:, row].copy()
+        return probabilities
+
+    def _segment(self, state: VADState, probabilities: np.ndarray) -> list[VADEvent]:
+        """silero's segmenter over one session's window probabilities."""
+        segmenter = self._segmenter
+        segmenter.threshold, segmenter.min_silence_samples = state.threshold, state.min_silence_samples
+        segmenter.triggered, segmenter.temp_end = state.triggered, state.temp_end
+        segmenter.current_sample = state.samples_seen
         events: list[VADEvent] = []
-        for offset in range(0, whole, CHUNK_SAMPLES):
-            was_paused = bool(iterator.temp_end)
-            boundary = iterator(torch.from_numpy(audio[offset : offset + CHUNK_SAMPLES]))
+        for probability in probabilities:
+            was_paused = bool(segmenter.temp_end)
+            self._probability.probability = probability
+            boundary = segmenter(_WINDOW)
             state.samples_seen += CHUNK_SAMPLES
             if boundary and "start" in boundary and state.speech_start is None:
                 state.speech_start = max(0, boundary["start"])
                 events.append(SpeechStarted(state.speech_start))
             elif boundary and "end" in boundary and state.speech_start is not None:
                 events.append(self._stop(state, boundary["end"]))
-            elif state.speech_start is not None and was_paused != bool(iterator.temp_end):
-                events.append(SpeechPaused(_silero_end(iterator)) if iterator.temp_end else SpeechResumed())
-        state.pending = audio[whole:].copy()
-        self._save(state, iterator)
+            elif state.speech_start is not None and was_paused != bool(segmenter.temp_end):
+                events.append(SpeechPaused(_silero_end(segmenter)) if segmenter.temp_end else SpeechResumed())
+        state.triggered, state.temp_end = segmenter.triggered, segmenter.temp_end
         return events
 
     def flush(self, state: VADState) -> list[VADEvent]:
@@ -129,41 +226,17 @@ class VoiceActivityDetector:
         state.temp_end = 0
         return [self._stop(state, state.samples_seen)]
 
-    def _stop(self, state: VADState, end_sample: int) -> SpeechStopped:
+    @staticmethod
+    def _stop(state: VADState, end_sample: int) -> SpeechStopped:
         assert state.speech_start is not None
         start, state.speech_start = state.speech_start, None
-        too_short = end_sample - start < ms_to_samples(state.turn_detection.min_speech_duration_ms)
-        return SpeechStopped(start, end_sample, too_short)
-
-    def _restore(self, state: VADState) -> VADIterator:
-        turn = state.turn_detection
-        iterator = VADIterator(
-            copy.copy(self._model),  # shares the ONNX session, not the recurrent state
-            threshold=turn.threshold,
-            sampling_rate=SPEECH_RATE,
-            min_silence_duration_ms=turn.silence_duration_ms,
-            speech_pad_ms=0,
-        )  # its constructor resets the model copy; the session's state goes in after
-        model = iterator.model
-        model._state = torch.from_numpy(state.model_state)
-        model._context = torch.from_numpy(state.context)
-        if state.samples_seen:
-            model._last_sr, model._last_batch_size = SPEECH_RATE, 1
-        iterator.triggered, iterator.temp_end = state.triggered, state.temp_end
-        iterator.current_sample = state.samples_seen
-        return iterator
-
-    @staticmethod
-    def _save(state: VADState, iterator: VADIterator) -> None:
-        state.model_state = iterator.model._state.numpy()
-        state.context = iterator.model._context.numpy()
-        state.triggered, state.temp_end = iterator.triggered, iterator.temp_end
+        return SpeechStopped(start, end_sample, end_sample - start < state.min_speech_samples)
 
 
-def _silero_end(iterator: VADIterator) -> int:
+def _silero_end(segmenter: VADIterator) -> int:
     """Where silero will end the utterance if this pause lasts: ``VADIterator.__call__``
     ends it one window before the silence was first seen (speech padding is 0 here)."""
-    return int(iterator.temp_end + iterator.speech_pad_samples - CHUNK_SAMPLES)
+    return int(segmenter.temp_end + segmenter.speech_pad_samples - CHUNK_SAMPLES)
 
 
 class UtteranceBuffer:
@@ -225,9 +298,10 @@ class VADSession:
     """Detector, state and audio together: the one-process form used by tests and demos."""
 
     def __init__(self, detector: VoiceActivityDetector, turn_detection: TurnDetection | None = None) -> None:
+        turn_detection = turn_detection or TurnDetection()
         self.detector = detector
-        self.state = VADState(turn_detection or TurnDetection())
-        self.buffer = UtteranceBuffer(self.state.turn_detection.prefix_padding_ms)
+        self.state = VADState(turn_detection)
+        self.buffer = UtteranceBuffer(turn_detection.prefix_padding_ms)
 
     def feed(self, samples: np.ndarray) -> list[tuple[VADEvent, np.ndarray | None]]:
         """Return each boundary with the utterance audio for a usable :class:`SpeechStopped`."""

@@ -16,6 +16,7 @@ import numpy as np
 from ray.serve.handle import DeploymentHandle
 
 from deployments.messages import LLMRequest, TTSRequest
+from deployments.voice_activity import VADBatcher
 from handlers.llm import ChatMessage
 from handlers.vad import VADEvent, VADState
 
@@ -83,15 +84,16 @@ class Stages(Protocol):
 
 @dataclass(frozen=True)
 class ServeStages:
-    """The stages as the four model deployments' handles."""
+    """The stages as the model deployments' handles, and VAD as the ingress replica's
+    batcher (which runs the detector in the ingress or on the VAD deployment)."""
 
-    vad: DeploymentHandle
+    vad: VADBatcher
     stt: DeploymentHandle
     llm: DeploymentHandle
     tts: DeploymentHandle
 
     def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
-        return self.vad.detect.remote(state, audio)  # type: ignore[no-any-return]
+        return self.vad.detect(state, audio)
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]:
         return self.stt.transcribe.remote(audio)  # type: ignore[no-any-return]

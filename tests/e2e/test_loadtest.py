@@ -16,10 +16,12 @@ SYNTHETIC_APP = "voice-synthetic"
 CLEAN = ("stale_bytes", "leaks", "cut_short", "done_without_created", "timeouts", "disconnects")
 
 
-@pytest.fixture(scope="module")
-def synthetic_url(serve_port: int) -> Iterator[str]:
-    """The real ingress, scopes and Serve plumbing with synthetic engines, beside the real app."""
+@pytest.fixture(scope="module", params=["ingress", "deployment"])
+def synthetic_url(serve_port: int, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The real ingress, scopes and Serve plumbing with synthetic engines, beside the real app;
+    VAD in the ingress, or on its deployment with one batched call per tick."""
     tiny = {"num_cpus": 0.01}
+    placement = request.param
     config = {
         "synthetic": {"answer_words": 16, "tokens_per_s": 40, "speech_s_per_word": 0.1},
         "ingress": {
@@ -27,14 +29,15 @@ def synthetic_url(serve_port: int) -> Iterator[str]:
             "deployment": {**tiny, "max_ongoing_requests": 128},
             "scope": {"num_hosts": 2},
         },
-        "vad": {"deployment": {**tiny, "max_ongoing_requests": 128}},
+        "vad": {"placement": placement, "deployment": {**tiny, "max_ongoing_requests": 128}},
         "stt": {"deployment": {**tiny, "max_ongoing_requests": 128}},
         "llm": {"deployment": {**tiny, "max_ongoing_requests": 128}},
         "tts": {"deployment": {**tiny, "max_ongoing_requests": 64, "num_replicas": 2}},
     }
-    serve.run(build_app(config), name=SYNTHETIC_APP, route_prefix="/synthetic")
-    yield f"ws://127.0.0.1:{serve_port}/synthetic/v1/realtime"
-    serve.delete(SYNTHETIC_APP)
+    name = f"{SYNTHETIC_APP}-{placement}"
+    serve.run(build_app(config), name=name, route_prefix=f"/synthetic-{placement}")
+    yield f"ws://127.0.0.1:{serve_port}/synthetic-{placement}/v1/realtime"
+    serve.delete(name)
 
 
 async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, tmp_path: Path) -> None:
@@ -48,6 +51,8 @@ async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, 
     assert summary["latency_ms"]["voice_to_voice_ms"]["count"] >= 100
     assert summary["server"]["totals"]["s2s_turns_total"] >= counts["turns"] - counts["barge_ins"]
     assert len(summary["server"]["requests_per_replica"]["TTS"]) == 2  # both replicas served
+    if "ingress" in synthetic_url:
+        assert "VAD" not in summary["server"]["requests_per_replica"]  # no VAD deployment at all
     assert json.loads((tmp_path / "serving.json").read_text())["counts"] == counts
     assert "| stale_bytes | 0 |" in (tmp_path / "serving.md").read_text()
     assert all(Path(plot).stat().st_size > 10_000 for plot in summary["plots"])
