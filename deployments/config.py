@@ -162,6 +162,9 @@ class STTStage(BaseModel):
 class LLMStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=1.0, max_ongoing_requests=32)
+    delta_interval_s: float = Field(0.03, ge=0, le=0.5)
+    """The LLM's deltas within this long of the last one sent cross Serve as one item (the
+    first at once): fewer Serve stream items per answer (``deployments.coalesce``)."""
     handler: LLMConfig = LLMConfig()
 
 

@@ -3,7 +3,8 @@
 Each holds one model (or, given a ``SyntheticConfig``, its synthetic stand-in from
 ``handlers.synthetic``, for load-testing the serving layer) and nothing per session: VAD
 state travels with each call (when VAD runs here, not in the ingress), and the LLM and TTS
-replicas watch the session's cancel scope through this process's :class:`cancel.ScopeCache` only for the life of a request.
+replicas watch the session's cancel scope through this process's :class:`cancel.ScopeCache`
+only for the life of a request.
 CPU-bound model calls run in a thread so the replica's event loop (which also carries the
 scope cache's long-polls) stays responsive.
 """
@@ -15,6 +16,7 @@ import numpy as np
 from ray import serve
 
 from cancel import ScopeCache
+from deployments.coalesce import coalesced
 from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from deployments.placement import replica_placement
 from deployments.voice_activity import VADCall, VADResult, detector_for, in_process
@@ -63,20 +65,24 @@ class STT:
 class LLM:
     placement = replica_placement
 
-    def __init__(self, config: LLMConfig, synthetic: SyntheticConfig | None = None) -> None:
+    def __init__(
+        self, config: LLMConfig, synthetic: SyntheticConfig | None = None, delta_interval_s: float = 0.0
+    ) -> None:
         self._model: LanguageModel | ScriptedLanguageModel = (
             LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
         )
+        self._delta_interval_s = delta_interval_s
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMOutput]:
         """Token deltas until done, stale or cancelled (``response.cancel()`` lands here as
         ``CancelledError``; the handler then aborts the engine request). A stream stopped as
-        stale ends with ``StoppedAsStale``, so that an early end is never taken for the end."""
+        stale ends with ``StoppedAsStale``, so that an early end is never taken for the end.
+        Deltas within ``delta_interval_s`` of the last item sent travel as one item."""
         with ScopeCache.for_current_loop().watch(request.ticket) as view:
             stream = self._model.stream(
                 request.messages, view.is_stale, request.request_id, request.max_tokens, request.tools
             )
-            async for delta in stream:
+            async for delta in coalesced(stream, self._delta_interval_s):
                 yield delta
             if view.is_stale():
                 raise StoppedAsStale(f"LLM request {request.request_id} stopped: its response was superseded")

@@ -8,7 +8,7 @@ engine has not finished.
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,7 +142,7 @@ class LanguageModel:
         request_id: str | None = None,
         max_tokens: int | None = None,
         tools: ToolUse | None = None,
-    ) -> AsyncIterator[LLMOutput]:
+    ) -> AsyncGenerator[LLMOutput, None]:
         """Yield text deltas of the assistant's reply until done or stale; at most
         ``max_tokens`` (and the configured maximum) of them, and fewer when the prompt
         leaves less room in the context. A prompt that fills the context is refused with

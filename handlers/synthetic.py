@@ -17,7 +17,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,7 +118,7 @@ class ScriptedLanguageModel:
         request_id: str | None = None,
         max_tokens: int | None = None,
         tools: ToolUse | None = None,
-    ) -> AsyncIterator[LLMOutput]:
+    ) -> AsyncGenerator[LLMOutput, None]:
         """The scripted answer; when ``tools`` force a call, a call with no arguments to the
         function named (or the first) instead, so tool round trips can be load-tested too."""
         if tools is not None and tools.choice != "auto":
