@@ -1,0 +1,98 @@
+"""CPU per session-second of each process role, measured beside a load test.
+
+``python -m loadtest.cpu_table --delay-s 60 --seconds 180 --sessions 300`` waits out the
+ramp, then reads every process's CPU time (user + system, psutil) at the start and the end
+of the window and prints one JSON object: per role (HTTP proxy or HAProxy, ingress, VAD,
+TTS, LLM, STT, load client, Ray's own daemons), the CPU seconds used, the share of one core,
+and, given ``--sessions``, the milliseconds of CPU per session-second. Roles are told by
+process title (``ray::ServeReplica:<app>:RealtimeIngress``, ``ray::ProxyActor``, ...).
+"""
+
+import argparse
+import json
+import time
+from typing import Any
+
+import psutil
+
+ROLES = (
+    ("haproxy", lambda title: "haproxy" in title),
+    ("proxy", lambda title: "ray::ProxyActor" in title),
+    ("ingress", lambda title: ":RealtimeIngress" in title),
+    ("vad", lambda title: ":VAD" in title),
+    ("tts", lambda title: ":TTS" in title),
+    ("llm", lambda title: ":LLM" in title),
+    ("stt", lambda title: ":STT" in title),
+    ("scope_hosts", lambda title: "ray::ScopeHost" in title),
+    ("client", lambda title: "loadtest" in title and "cpu_table" not in title),
+    ("serve_controller", lambda title: "ray::ServeController" in title),
+    ("ray_daemons", lambda title: any(name in title for name in ("raylet", "gcs_server", "ray::", "dashboard"))),
+)
+
+
+def role(process: psutil.Process) -> str | None:
+    try:
+        title = " ".join(process.cmdline()) or process.name()
+    except psutil.Error:
+        return None
+    return next((name for name, matches in ROLES if matches(title)), None)
+
+
+def cpu_seconds() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of every process that has a role, by pid."""
+    seen: dict[int, tuple[str, float]] = {}
+    for process in psutil.process_iter():
+        name = role(process)
+        if name is None:
+            continue
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        seen[process.pid] = (name, times.user + times.system)
+    return seen
+
+
+def table(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float) -> dict[str, Any]:
+    used: dict[str, float] = {}
+    processes: dict[str, int] = {}
+    for pid, (name, total) in after.items():
+        start = before.get(pid, (name, 0.0))[1]  # a process born in the window counts from 0
+        used[name] = used.get(name, 0.0) + total - start
+        processes[name] = processes.get(name, 0) + 1
+    return {
+        name: {"cpu_s": round(cpu, 2), "cores": round(cpu / seconds, 3), "processes": processes[name]}
+        for name, cpu in sorted(used.items(), key=lambda item: -item[1])
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--delay-s", type=float, default=0.0, help="wait this long first (the ramp)")
+    parser.add_argument("--seconds", type=float, required=True, help="length of the measured window")
+    parser.add_argument("--sessions", type=int, help="open sessions during the window: adds ms per session-second")
+    args = parser.parse_args()
+    time.sleep(args.delay_s)  # the load's ramp: a fixed schedule, not an event
+    before, started = cpu_seconds(), time.monotonic()
+    time.sleep(args.seconds)
+    after, seconds = cpu_seconds(), time.monotonic() - started
+    roles = table(before, after, seconds)
+    if args.sessions:
+        for row in roles.values():
+            row["ms_per_session_s"] = round(1000 * row["cpu_s"] / (seconds * args.sessions), 3)
+    total = sum(row["cpu_s"] for row in roles.values())
+    print(
+        json.dumps(
+            {
+                "window_s": round(seconds, 1),
+                "sessions": args.sessions,
+                "total_cores": round(total / seconds, 3),
+                "roles": roles,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
