@@ -18,6 +18,11 @@ only takes ``"auto" | "none" | "required"`` (a named function would fail its val
 server's ``session.updated``). So the weather turn runs under ``"required"`` -- set at runtime
 with ``LLMUpdateSettingsFrame`` -- and the tool hands the choice back (``"none"``) before it
 returns, so that the answer after its result is spoken from it rather than a second forced call.
+
+What the 135M model says varies between runs and machines (and so does what tiny.en hears of
+the spoken questions), so the test asserts the protocol and the audio, not the answers'
+content: each answer is non-empty and voiced, and the call's arguments are a JSON object that
+fits the tool's schema.
 """
 
 import asyncio
@@ -65,6 +70,8 @@ WEATHER = FunctionSchema(
     properties={"city": {"type": "string", "description": 'The city, e.g. "Rome".'}},
     required=["city"],
 )
+SPOKEN_S_PER_WORD = 0.15
+"""Less audio than this per word of an answer's text means words were never voiced."""
 # Server events too many to log one by one; their count is enough.
 NOISY = ("response.output_audio.delta", "response.output_audio_transcript.delta", "input_audio_buffer.append")
 
@@ -220,7 +227,7 @@ class Speaker(FrameProcessor):
 
 async def test_pipecat_speaks_and_completes_a_tool_round_trip(realtime_url: str, pcm24k, capsys) -> None:
     log = Log()
-    calls: list[str] = []
+    calls: list[Any] = []
     sink = logger.add(
         lambda m: log.add("log", m.record["level"].name, where=m.record["name"], msg=m.record["message"][:800]),
         level="WARNING",
@@ -259,8 +266,8 @@ async def test_pipecat_speaks_and_completes_a_tool_round_trip(realtime_url: str,
         await log.until(lambda new: any(is_event(e, "session.updated", tool_choice=choice) for e in new), mark)
 
     async def get_weather(params: FunctionCallParams) -> None:
-        city = str(params.arguments.get("city"))
-        calls.append(city)
+        calls.append(params.arguments)
+        city = params.arguments.get("city")
         await choose_tool("none")  # before the result, so the response.create after it is not forced too
         await params.result_callback({"city": city, "weather": "sunny", "temperature_celsius": 21})
 
@@ -306,12 +313,12 @@ async def test_pipecat_speaks_and_completes_a_tool_round_trip(realtime_url: str,
 
     assert errors(log.entries) == []
     assert [e for e in log.entries if e["src"] == "log"] == [], "pipecat logged warnings or errors"
-    assert audio_bytes(first_turn) > 0, "the first answer is spoken"
-    assert "paris" in spoken_text(first_turn).lower(), spoken_text(first_turn)
-    assert len(calls) == 1 and "paris" in calls[0].lower(), calls
-    answer = after_result(round_trip)
-    assert audio_bytes(answer) > 0, "the answer from the result is spoken"
-    assert "sunny" in spoken_text(answer).lower() or "21" in spoken_text(answer), spoken_text(answer)
+    assert_spoken(first_turn)
+    # Which city the model names is its own affair; the forced call fits the tool's schema.
+    [sent] = [e["arguments"] for e in round_trip if is_event(e, "response.function_call_arguments.done")]
+    assert isinstance(json.loads(sent), dict), sent
+    assert len(calls) == 1 and calls[0] == json.loads(sent) and isinstance(calls[0]["city"], str), calls
+    assert_spoken(after_result(round_trip))  # the answer from the result
 
 
 async def speak(worker: PipelineWorker, pcm: bytes) -> None:
@@ -356,6 +363,14 @@ def audio_bytes(entries: list[dict[str, Any]]) -> int:
 
 def spoken_text(entries: list[dict[str, Any]]) -> str:
     return "".join(e["text"] for e in entries if e["type"] == "TTSTextFrame")
+
+
+def assert_spoken(entries: list[dict[str, Any]]) -> None:
+    """An answer was said (whatever it says) and its words were voiced: PCM16 at 24 kHz."""
+    words = len(spoken_text(entries).split())
+    seconds = audio_bytes(entries) / (2 * RATE)
+    assert words > 0, entries
+    assert seconds >= SPOKEN_S_PER_WORD * words, f"{words} words in {seconds:.1f} s of audio"
 
 
 def receive_loop_alive(llm: OpenAIRealtimeLLMService) -> bool:

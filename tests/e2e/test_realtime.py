@@ -1,4 +1,9 @@
-"""End to end on the real stack: local Ray, CPU models, the stock OpenAI SDK as client."""
+"""End to end on the real stack: local Ray, CPU models, the stock OpenAI SDK as client.
+
+What the 135M model says varies between runs and machines, and tiny.en may mishear a word of
+a question, so the tests assert the protocol, the audio and the isolation, not the answers'
+content: what the user said is checked by word error rate, an answer by being non-empty and
+voiced (and, once, by its audio transcribing back to its text)."""
 
 import asyncio
 import contextlib
@@ -14,10 +19,29 @@ from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 
 LONG_QUESTION = "Tell me a long story about a brave knight and a dragon."
+HEARD_WER = 0.4
+"""Word error of what tiny.en hears of a spoken question: a misheard word or two (0.17 each in
+six words), never a different question (1.0)."""
+SPOKEN_S_PER_WORD = 0.15
+"""Less audio than this per word of an answer's transcript means words were never voiced."""
 
 
 def normalise(text: str) -> str:
     return jiwer.RemovePunctuation()(text.lower()).strip()
+
+
+def assert_heard(said: str, transcript: str, bound: float = HEARD_WER) -> None:
+    assert jiwer.wer(normalise(said), normalise(transcript)) <= bound, (said, transcript)
+
+
+def assert_spoken(client, response_id: str) -> str:
+    """A response's answer (whatever it says) was said and its words were voiced; its text."""
+    (transcript,) = client.of_type("response.output_audio_transcript.done", response_id)
+    words = len(transcript.transcript.split())
+    seconds = len(audio_of(client, response_id)) / (2 * REALTIME_RATE)
+    assert words > 0, "an empty answer"
+    assert seconds >= SPOKEN_S_PER_WORD * words, f"{words} words in {seconds:.1f} s of audio"
+    return str(transcript.transcript)
 
 
 async def test_full_spoken_turn(connect, pcm24k, stt) -> None:
@@ -27,16 +51,16 @@ async def test_full_spoken_turn(connect, pcm24k, stt) -> None:
 
     assert done.response.status == "completed"
     (transcription,) = client.of_type("conversation.item.input_audio_transcription.completed")
-    assert "capital of france" in normalise(transcription.transcript)
+    assert_heard("What is the capital of France?", transcription.transcript)
     assert [e.type for e in client.events].index("input_audio_buffer.speech_stopped") < [
         e.type for e in client.events
     ].index("response.created")
-    (transcript,) = client.of_type("response.output_audio_transcript.done", done.response.id)
-    assert "paris" in transcript.transcript.lower()
+    text = assert_spoken(client, done.response.id)
     pcm = audio_of(client, done.response.id)
     heard = stt.transcribe(resample(pcm16_to_float(pcm), REALTIME_RATE, SPEECH_RATE))
-    # Characters, not words: tiny.en hears Piper's "France is" as "Francis".
-    assert jiwer.cer(normalise(transcript.transcript), normalise(heard)) <= 0.15
+    # The audio is the answer's text, whatever it says. Characters, not words: tiny.en
+    # hears Piper's "France is" as "Francis".
+    assert jiwer.cer(normalise(text), normalise(heard)) <= 0.15, (text, heard)
 
 
 async def test_short_pause_is_not_the_end_of_the_turn(connect, pcm24k) -> None:
@@ -55,7 +79,9 @@ async def test_short_pause_is_not_the_end_of_the_turn(connect, pcm24k) -> None:
 
     assert len(client.of_type("input_audio_buffer.committed")) == 1
     (transcription,) = client.of_type("conversation.item.input_audio_transcription.completed")
-    assert "france" in transcription.transcript.lower() and "germany" in transcription.transcript.lower()
+    # Both halves in the one utterance: either half alone is a word error of 0.5.
+    both = "What is the capital of France and what is the capital of Germany?"
+    assert_heard(both, transcription.transcript, 0.3)
     assert done.response.status == "completed"
 
 
@@ -80,8 +106,10 @@ async def test_barge_in_cancels_and_answers_the_new_question(connect, pcm24k) ->
     ]
     assert max(old_deltas) < speech_started[1], "old audio after the barge-in's speech_started"
     assert answered.response.status == "completed"
-    (transcript,) = client.of_type("response.output_audio_transcript.done", answered.response.id)
-    assert "paris" in transcript.transcript.lower()
+    # The new question is what was answered: the last utterance heard, then a spoken answer.
+    *_, barge_in = client.of_type("conversation.item.input_audio_transcription.completed")
+    assert_heard("What is the capital of France?", barge_in.transcript)
+    assert_spoken(client, answered.response.id)
     assert types.count("response.done") == 2
 
 
@@ -103,11 +131,15 @@ async def test_response_cancel_is_client_cancelled_and_silent_after(connect, pcm
     assert error.error.code == "response_cancel_not_active"
 
 
-async def test_two_sessions_get_their_own_answers(connect, pcm24k) -> None:
+async def test_two_sessions_get_their_own_answers(connect, pcm24k, stt) -> None:
+    """Two questions far apart, so that neither what is heard of one nor its answer can pass
+    for the other's; each session hears its own, answers it and speaks its own answer."""
+    questions = ("What is the capital of France?", "How many legs does a dog have?")
+
     async def spoken(client) -> str:
-        await client.send_audio(pcm24k("What is the capital of France?"))
+        await client.send_audio(pcm24k(questions[0]))
         done = await client.until(is_done)
-        return client.of_type("response.output_audio_transcript.done", done.response.id)[0].transcript
+        return str(done.response.id)
 
     async def manual(client) -> str:
         """turn_detection null: explicit commit and response.create."""
@@ -116,18 +148,27 @@ async def test_two_sessions_get_their_own_answers(connect, pcm24k) -> None:
         )
         updated = await client.until(lambda e: e.type == "session.updated")
         assert updated.session.audio.input.turn_detection is None
-        await client.send_audio(pcm24k("What is the capital of Germany?"))
+        await client.send_audio(pcm24k(questions[1]))
         await client.connection.input_audio_buffer.commit()
         await client.until(lambda e: e.type == "input_audio_buffer.committed")
         await client.connection.response.create()
         done = await client.until(is_done)
         assert not client.of_type("input_audio_buffer.speech_started")
-        return client.of_type("response.output_audio_transcript.done", done.response.id)[0].transcript
+        return str(done.response.id)
 
     async with connect() as first, connect() as second:
-        france, germany = await asyncio.gather(spoken(first), manual(second))
-    assert "paris" in france.lower()
-    assert "berlin" in germany.lower()
+        ids = await asyncio.gather(spoken(first), manual(second))
+    answers, heard_back = [], []
+    for client, question, response_id in zip((first, second), questions, ids, strict=True):
+        (heard,) = client.of_type("conversation.item.input_audio_transcription.completed")
+        assert_heard(question, heard.transcript)
+        answers.append(normalise(assert_spoken(client, response_id)))
+        pcm = audio_of(client, response_id)
+        heard_back.append(normalise(stt.transcribe(resample(pcm16_to_float(pcm), REALTIME_RATE, SPEECH_RATE))))
+    # Neither answer is, or holds, the other's; each session's audio says its own answer.
+    assert answers[0] not in answers[1] and answers[1] not in answers[0], answers
+    for own, other, back in zip(answers, reversed(answers), heard_back, strict=True):
+        assert jiwer.cer(own, back) < jiwer.cer(other, back), (own, other, back)
 
 
 async def test_create_response_false_truncate_and_clear(connect, pcm24k) -> None:

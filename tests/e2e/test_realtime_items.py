@@ -1,11 +1,24 @@
 """The protocol parts agent frameworks lean on, end to end on the real stack (local Ray, CPU
 models) through the stock ``openai`` SDK: the Agents SDK's default session settings, an
-``input_audio`` item, item retrieve and delete, a text answer and an out-of-band one."""
+``input_audio`` item, item retrieve and delete, a text answer and an out-of-band one.
+
+What the 135M model says varies between runs and machines, and tiny.en may mishear a word,
+so the tests assert the protocol, not the answers' content: what the user said is checked by
+word error rate, an answer by being non-empty, a forced call by fitting its schema."""
 
 import base64
 import json
 
+import jiwer
 from realtime_client import is_done
+
+HEARD_WER = 0.4
+"""Word error of what tiny.en hears of a spoken question: a misheard word or two, never a
+different question (1.0)."""
+
+
+def normalise(text: str) -> str:
+    return jiwer.RemovePunctuation()(text.lower()).strip()
 
 
 async def test_framework_defaults_items_and_text_answers_on_the_real_models(connect, pcm24k) -> None:
@@ -27,21 +40,22 @@ async def test_framework_defaults_items_and_text_answers_on_the_real_models(conn
         updated = await client.until(lambda e: e.type == "session.updated")
         assert updated.session.audio.input.turn_detection.type == "semantic_vad"
 
-        question = base64.b64encode(pcm24k("What is the capital of France?", silence_s=0.2)).decode()
+        said = "What is the capital of France?"
+        question = base64.b64encode(pcm24k(said, silence_s=0.2)).decode()
         item = {"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": question}]}
         await connection.conversation.item.create(item=item)
         heard = await client.until(lambda e: e.type == "conversation.item.input_audio_transcription.completed")
-        assert "capital of france" in heard.transcript.lower()
+        assert jiwer.wer(normalise(said), normalise(heard.transcript)) <= HEARD_WER, heard.transcript
 
         await connection.conversation.item.retrieve(item_id=heard.item_id)
         retrieved = await client.until(lambda e: e.type == "conversation.item.retrieved")
-        assert "capital of france" in retrieved.item.content[0].transcript.lower()
+        assert retrieved.item.id == heard.item_id and retrieved.item.content[0].transcript == heard.transcript
 
         await connection.response.create()
         done = await client.until(is_done)
         assert done.response.status == "completed" and done.response.output_modalities == ["text"]
         answer = "".join(e.delta for e in client.of_type("response.output_text.delta"))
-        assert "paris" in answer.lower()
+        assert answer.strip() and done.response.output[0].content[0].text == answer, answer
         assert client.of_type("response.output_audio.delta") == []
 
         await connection.response.create(
@@ -85,7 +99,7 @@ async def test_a_required_function_call_and_the_answer_from_its_result(connect) 
         done = await client.until(is_done)
         [call] = done.response.output
         assert (call.type, call.status, call.name) == ("function_call", "completed", "get_weather")
-        assert "paris" in json.loads(call.arguments)["city"].lower()
+        assert isinstance(json.loads(call.arguments)["city"], str), call.arguments  # its schema, whichever city
         deltas = "".join(e.delta for e in client.of_type("response.function_call_arguments.delta"))
         [arguments_done] = client.of_type("response.function_call_arguments.done")
         assert deltas == arguments_done.arguments == call.arguments and arguments_done.call_id == call.call_id
@@ -96,8 +110,9 @@ async def test_a_required_function_call_and_the_answer_from_its_result(connect) 
             response={"output_modalities": ["text"], "tools": [WEATHER], "tool_choice": "none"}
         )
         answer = await client.until(is_done)
-        text = answer.response.output[0].content[0].text.lower()
-        assert "sunny" in text or "21" in text, text
+        [message] = answer.response.output  # words, not another call: the choice is "none"
+        assert (answer.response.status, message.type) == ("completed", "message")
+        assert message.content[0].text.strip(), "an empty answer from the result"
     assert client.of_type("error") == []
 
 
@@ -114,5 +129,11 @@ async def test_words_are_transcribed_while_the_user_speaks(connect, pcm24k) -> N
     partials = types[: types.index("input_audio_buffer.speech_stopped")]
     assert "conversation.item.input_audio_transcription.delta" in partials, " ".join(types)
     deltas = [e.delta for e in client.of_type("conversation.item.input_audio_transcription.delta")]
-    assert completed.transcript.startswith(deltas[0]) and deltas[0].endswith(" "), (deltas, completed.transcript)
+    assert deltas[0].endswith(" "), deltas  # whole words only
+    # The first words are words the user said (the final transcript is a new decode of the
+    # whole utterance: a borderline word may come out otherwise in either).
+    said = set(normalise(question).split())
+    first_words = normalise(deltas[0]).split()
+    assert first_words and sum(word in said for word in first_words) >= len(first_words) / 2, deltas
+    assert jiwer.wer(normalise(question), normalise(completed.transcript)) <= HEARD_WER, completed.transcript
     assert client.of_type("error") == []
