@@ -7,6 +7,11 @@ words), so the round trip forces the first call by naming the function, and the 
 the choice back (``none``) so that the answer after it is spoken from its result -- as an
 application does for a forced first step. The SDK's own flow is untouched: it runs the
 tool, sends ``function_call_output`` and then ``response.create`` itself.
+
+What the 135M model says varies between runs and machines (and so does what tiny.en hears of
+the spoken questions), so the test asserts the protocol and the audio, not the answers'
+content: each answer is non-empty and voiced, and the call's arguments are a JSON object that
+fits the tool's schema.
 """
 
 import asyncio
@@ -22,6 +27,8 @@ from openai.types.responses.tool_choice_function import ToolChoiceFunction
 
 TURN_TIMEOUT_S = 90
 FRAME_BYTES = 24_000 * 2 // 10  # 100 ms of PCM16 at 24 kHz
+SPOKEN_S_PER_WORD = 0.15
+"""Less audio than this per word of an answer's transcript means words were never voiced."""
 
 
 async def test_agents_sdk_speaks_and_completes_a_tool_round_trip(realtime_url: str, pcm24k, capsys) -> None:
@@ -53,23 +60,30 @@ async def test_agents_sdk_speaks_and_completes_a_tool_round_trip(realtime_url: s
 
             await choose_tool(session, ToolChoiceFunction(type="function", name="get_weather"), [get_weather])
             await speak(session, pcm24k("What is the weather in Paris?"))
-            await until(session, log, started, lambda e: e.type == "tool_end")
-            await until(session, log, started, lambda e: e.type == "agent_end")  # the answer from the result
+            mark = len(log)
+            # Two responses end: the call's and the answer from the result.
+            await until(session, log, started, lambda e: e.type == "agent_end" and ends_since(log, mark) == 2)
     finally:
         with capsys.disabled():
             print("\nAgents SDK event log:\n" + "\n".join(json.dumps(e) for e in log))
 
     assert [e for e in log if e["type"] == "error" or e.get("server") == "error"] == []
-    assert "paris" in transcripts(first_turn).lower() and any(e["type"] == "audio" for e in first_turn)
-    assert len(calls) == 1 and "paris" in calls[0].lower(), calls
+    assert_spoken(first_turn)
     round_trip = log[len(first_turn) :]
     kinds = [e["type"] for e in round_trip if e["type"] in ("agent_start", "tool_start", "tool_end", "agent_end")]
-    # The call's response ends before the SDK runs the tool; then it asks for the answer.
-    assert kinds == ["agent_start", "agent_end", "tool_start", "tool_end", "agent_start", "agent_end"]
+    # The SDK runs the tool in a task of its own (async_tool_calls), so its start may come
+    # before or after the call's response ends; the answer's response starts after its result.
+    assert [k for k in kinds if k.startswith("agent")] == ["agent_start", "agent_end"] * 2
+    assert [k for k in kinds if k.startswith("tool")] == ["tool_start", "tool_end"]
+    assert kinds.index("tool_start") > 0 and kinds.index("tool_end") < len(kinds) - 1 - kinds[::-1].index("agent_start")
+    # Which city the model names is its own affair; the forced call fits the tool's schema.
+    done_kind = "response.function_call_arguments.done"
+    [sent] = [e["detail"]["arguments"] for e in round_trip if e.get("server") == done_kind]
+    [started_with] = [e["arguments"] for e in round_trip if e["type"] == "tool_start"]
+    assert started_with == sent and isinstance(json.loads(sent), dict), sent
+    assert len(calls) == 1 and calls == [json.loads(sent)["city"]] and isinstance(calls[0], str), calls
     after_tool = round_trip[[e["type"] for e in round_trip].index("tool_end") :]
-    answer = transcripts(after_tool).lower()
-    assert "sunny" in answer or "21" in answer, answer
-    assert any(e["type"] == "audio" for e in after_tool), "the answer from the result is spoken"
+    assert_spoken(after_tool)  # the answer from the result
 
 
 async def choose_tool(session: RealtimeSession, choice: Any, tools: list[Any]) -> None:
@@ -109,11 +123,27 @@ async def until(
                     entry["output"] = event.output
             elif event.type == "error":
                 entry["error"] = repr(event.error)[:500]
-            if event.type != "audio" or not log or log[-1]["type"] != "audio":
+            if event.type != "audio":
                 log.append(entry)
+            elif log and log[-1]["type"] == "audio":  # one entry per run of audio, its bytes summed
+                log[-1]["bytes"] += len(event.audio.data)
+            else:
+                log.append(entry | {"bytes": len(event.audio.data)})
             if done(event):
                 return
 
 
+def ends_since(log: list[dict[str, Any]], mark: int) -> int:
+    return sum(e["type"] == "agent_end" for e in log[mark:])
+
+
 def transcripts(log: list[dict[str, Any]]) -> str:
     return " ".join(e["transcript"] for e in log if "transcript" in e)
+
+
+def assert_spoken(turn: list[dict[str, Any]]) -> None:
+    """An answer was said (whatever it says) and its words were voiced: PCM16 at 24 kHz."""
+    words = len(transcripts(turn).split())
+    seconds = sum(e["bytes"] for e in turn if e["type"] == "audio") / (2 * 24_000)
+    assert words > 0, turn
+    assert seconds >= SPOKEN_S_PER_WORD * words, f"{words} words in {seconds:.1f} s of audio"
