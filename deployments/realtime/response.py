@@ -13,6 +13,8 @@ that id, so the outbox can drop exactly its output when it is cancelled. The
 - a run that fails ends with an ``error`` and ``response.done`` ``failed``: never an
   answer cut short and passed off as complete. The error says what failed in our words (a
   :class:`StageFailure`: which stage, failed or timed out), never a replica's internals.
+- a TTS replica that dies mid-piece costs no words: the piece is spoken by another replica
+  at once, or the response fails within 2 s (``deployments.realtime.failover``).
 
 The prompt always fits the LLM's context: when the conversation may have outgrown it, the LLM
 deployment counts it with the model's tokenizer and the oldest items leave the conversation
@@ -58,6 +60,7 @@ from cancel import ScopeTicket
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import SessionMetrics
 from deployments.realtime.conversation import Conversation, Item, wire_item
+from deployments.realtime.failover import FailoverStream
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, error_event, new_id, server_event
 from deployments.realtime.settings import ResponseOptions, SessionSettings
@@ -323,7 +326,8 @@ class Responder:
     async def _speak(self, run: ResponseRun, piece: str, ticket: ScopeTicket) -> None:
         text = piece if not run.item.text else " " + piece
         self._emit(run, ResponseAudioTranscriptDeltaEvent, delta=text, **_ids(run))
-        tts = self._stages.synthesize(TTSRequest(piece, ticket))
+        request = TTSRequest(piece, ticket)
+        tts = FailoverStream(lambda: self._stages.synthesize(request), run.id)  # a lost replica: another speaks
         run.streams.add(tts)
         continues_piece = False
         async for pcm in tts:

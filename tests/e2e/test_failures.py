@@ -1,12 +1,17 @@
 """A stage replica dying is a failure the client hears about, in our words, and the session
 goes on once Serve has replaced the replica (synthetic engines, so that a kill lands
-mid-answer). Scope hosts dying: ``test_isolation.py``."""
+mid-answer). With two TTS replicas, one dying mid-answer costs no answer: its pieces are
+spoken by the other at once. Scope hosts dying: ``test_isolation.py``."""
 
 import asyncio
+import base64
+import contextlib
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +21,7 @@ from ray.util.state import list_actors
 from realtime_client import Client, open_client
 
 from deployments.app import build_app
+from deployments.realtime.failover import REPLICA_FAILOVER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import question_tone
 
@@ -30,19 +36,25 @@ def slow_synthetic_url(serve_port: int) -> Iterator[str]:
     config = {
         "synthetic": {"answer_words": ANSWER_WORDS, "tokens_per_s": 8},
         "ingress": {"max_sessions": 4, "deployment": {**tiny, "max_ongoing_requests": 8}, "stage_timeout_s": 10},
-        **{stage: {"deployment": {**tiny}} for stage in ("vad", "stt", "llm", "tts")},
+        "vad": {"placement": "deployment", "deployment": {**tiny}},  # a VAD replica of its own, to kill
+        **{stage: {"deployment": {**tiny}} for stage in ("stt", "llm", "tts")},
     }
     serve.run(build_app(config), name=APP, route_prefix="/failures")
     yield f"ws://127.0.0.1:{serve_port}/failures/v1"
     serve.delete(APP)
 
 
-def kill_replica(stage: str) -> None:
-    (replica,) = list_actors(
+def replicas(stage: str, app: str = APP) -> list[ray.actor.ActorHandle]:
+    alive = list_actors(
         address=ray.get_runtime_context().gcs_address,
-        filters=[("class_name", "=", f"ServeReplica:{APP}:{stage}"), ("state", "=", "ALIVE")],
+        filters=[("class_name", "=", f"ServeReplica:{app}:{stage}"), ("state", "=", "ALIVE")],
     )
-    ray.kill(ray.get_actor(replica.name, namespace="serve"), no_restart=True)
+    return [ray.get_actor(replica.name, namespace="serve") for replica in alive]
+
+
+def kill_replica(stage: str) -> None:
+    (replica,) = replicas(stage)
+    ray.kill(replica, no_restart=True)
 
 
 async def ask(client: Client, text: str) -> None:
@@ -83,9 +95,123 @@ def wait_until_ready(url: str, timeout_s: float = 120) -> None:
         time.sleep(0.5)  # polling a replica that is starting: there is no event to wait on
 
 
+FAILOVER_APP = "voice-failover"
+FAILOVER_SESSIONS = 3
+FAILOVER_WORDS = 48
+SPEECH_S_PER_WORD = 0.1
+SILENCE_BOUND_S = REPLICA_FAILOVER_S + 1.0
+"""The failover bound, plus a second for Ray to report the death (measured: ~10 ms; Ray waits
+up to 1 s for a dead actor's death notice) and for a loaded 2-core machine."""
+
+
+@pytest.fixture
+def two_tts_url(serve_port: int) -> Iterator[str]:
+    """Synthetic engines, two TTS replicas that each speak one sentence at a time: answers
+    wait on the TTS, so a replica has pieces in flight whenever answers are being spoken."""
+    tiny = {"num_cpus": 0.01}
+    config = {
+        "synthetic": {
+            "answer_words": FAILOVER_WORDS,
+            "tokens_per_s": 40,
+            "speech_s_per_word": SPEECH_S_PER_WORD,
+            "tts_hold_s_per_sentence": 0.2,
+        },
+        "ingress": {"max_sessions": 4, "deployment": {**tiny, "max_ongoing_requests": 8}, "stage_timeout_s": 10},
+        **{stage: {"deployment": {**tiny}} for stage in ("vad", "stt", "llm")},
+        "tts": {"deployment": {**tiny, "num_replicas": 2}},
+    }
+    serve.run(build_app(config), name=FAILOVER_APP, route_prefix="/failover")
+    yield f"ws://127.0.0.1:{serve_port}/failover/v1"
+    serve.delete(FAILOVER_APP)
+
+
+def kill_a_busy_replica(stage: str, app: str, timeout_s: float = 10) -> float:
+    """Kill a replica of ``stage`` while it has requests in flight (a piece being spoken);
+    return when."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for replica in replicas(stage, app):
+            if ray.get(replica.get_num_ongoing_requests.remote(), timeout=5) > 0:
+                ray.kill(replica, no_restart=True)
+                return time.monotonic()
+    raise AssertionError(f"no {stage} replica had a request in flight")
+
+
+def tone_bytes(piece: str) -> int:
+    """What the synthetic TTS says for ``piece``: a tone per sentence, as long as its words."""
+    sentences = re.findall(r"[^.!?]+[.!?]*", piece)
+    return sum(2 * int(len(s.split()) * SPEECH_S_PER_WORD * REALTIME_RATE) for s in sentences if s.strip())
+
+
+async def spoken_answer(client: Client, question: int, speaking: asyncio.Event) -> tuple[Any, list[float]]:
+    """Ask ``question``; its ``response.done`` and when the client received each of its audio
+    deltas (``speaking`` is set at the first)."""
+    await ask(client, f"Question {question}.")
+    arrivals: list[float] = []
+
+    def heard(event: Any) -> bool:
+        if event.type == "response.output_audio.delta":
+            arrivals.append(time.monotonic())
+            speaking.set()
+        return bool(event.type == "response.done")
+
+    return await client.until(heard, timeout_s=60), arrivals
+
+
+def longest_silence(arrivals: list[float], since: float) -> tuple[float, float]:
+    """The longest wait between two audio deltas that ended after ``since``, and when it
+    began relative to ``since``."""
+    waits = [(b - a, a - since) for a, b in zip(arrivals, arrivals[1:], strict=False) if b > since]
+    return max(waits, default=(0.0, 0.0))
+
+
+def assert_spoken_whole(client: Client, done: Any, question: int) -> None:
+    """Completed with every word, and every piece's audio exactly once."""
+    response = done.response
+    assert response.status == "completed", response.status_details
+    transcript = response.output[0].content[0].transcript
+    assert transcript.startswith(f"Answer {question}:") and len(transcript.split()) == 2 + FAILOVER_WORDS
+    pieces = [e.delta for e in client.of_type("response.output_audio_transcript.delta", response.id)]
+    assert "".join(pieces) == transcript
+    audio = b"".join(base64.b64decode(e.delta) for e in client.of_type("response.output_audio.delta", response.id))
+    assert len(audio) == sum(tone_bytes(piece) for piece in pieces), "a sentence was said twice or never"
+    assert client.of_type("error") == []
+
+
+async def test_a_tts_replica_dying_mid_answer_costs_no_answer_and_no_silence(two_tts_url: str) -> None:
+    """One of two TTS replicas is killed while it speaks: the pieces it had are spoken by the
+    other at once, so every session's answer completes whole, with no wait between two audio
+    deltas near the failover bound (it takes ~0.6 s here, as between any two pieces); the
+    sessions go on."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(open_client(two_tts_url)) for _ in range(FAILOVER_SESSIONS)]
+        speaking = [asyncio.Event() for _ in clients]
+        answers = [
+            asyncio.ensure_future(spoken_answer(client, 20 + i, speaking[i])) for i, client in enumerate(clients)
+        ]
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(event.wait() for event in speaking))
+        killed_at = await asyncio.to_thread(kill_a_busy_replica, "TTS", FAILOVER_APP)
+        results = await asyncio.gather(*answers)
+        silences = [longest_silence(arrivals, killed_at) for _, arrivals in results]
+        print(f"longest wait between audio deltas since the kill, and when it began: {silences}")
+        for i, (client, (done, _)) in enumerate(zip(clients, results, strict=True)):
+            assert_spoken_whole(client, done, 20 + i)
+            silence_s, began_s = silences[i]
+            assert silence_s < SILENCE_BOUND_S, f"session {i}: no audio for {silence_s:.2f} s from {began_s:+.2f} s"
+        # The survivor speaks for all while Serve replaces the dead one: the sessions go on.
+        again = await asyncio.gather(
+            *(spoken_answer(client, 30 + i, asyncio.Event()) for i, client in enumerate(clients))
+        )
+        for i, (client, (done, _)) in enumerate(zip(clients, again, strict=True)):
+            assert_spoken_whole(client, done, 30 + i)
+
+
 @pytest.mark.parametrize("stage", ["LLM", "TTS"])
 async def test_a_replica_dying_mid_answer_fails_the_response_visibly(slow_synthetic_url: str, stage: str) -> None:
-    """The answer is failed visibly, or (TTS only) whole: never cut short and completed."""
+    """The answer is failed visibly, or (TTS only) whole: never cut short and completed. The
+    only replica of the stage dies: a TTS piece it was speaking finds no replica to take over
+    within the failover bound (Serve is still starting the replacement)."""
     async with open_client(slow_synthetic_url) as client:
         await ask(client, "Question 5.")
         first = await client.until(lambda e: e.type == "response.output_audio.delta")
@@ -101,7 +227,8 @@ async def test_a_replica_dying_mid_answer_fails_the_response_visibly(slow_synthe
         assert words[:2] == ["Answer", "5:"] and len(words) == 2 + ANSWER_WORDS
         assert errors == []
         return
-    # Failed if the kill cut its stream; timed out if the next call waited for a replica.
+    # Failed if the kill cut its stream (for TTS: no replica took over within the failover
+    # bound); timed out if the next call waited for a replica.
     code = done.response.status_details.error.code
     assert code in (f"{stage.lower()}_failed", f"{stage.lower()}_timeout")
     assert done.response.id == first.response_id
