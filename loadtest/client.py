@@ -3,20 +3,38 @@
 The session speaks its questions in real time (100 ms frames, trailing silence for the
 server's VAD), waits for the answer and listens to it for as long as it plays, and now and
 then interrupts an answer at a random moment: by speaking its next question (server-VAD
-barge-in) or with ``response.cancel``. A reader task files every server event under the turn
-and response it belongs to, and counts what must never happen: audio of a response after its
-``response.done`` (stale bytes), ``response.done`` without ``response.created``, errors.
+barge-in) or with ``response.cancel``. Every server event is filed as it is read under the
+turn and response it belongs to, and what must never happen is counted: audio of a response
+after its ``response.done`` (stale bytes), ``response.done`` without ``response.created``,
+errors.
+
+A session costs its process little, so that one process can drive hundreds of them beside
+the server (``python -m loadtest.bench_client`` measures it against an echo server):
+
+- the JSON text of each audio frame of a question is built once per process and prompt;
+- frames go out on a deadline schedule (no drift) on a 10 ms grid: one timer per tick wakes
+  every session whose frame is due, and the loop turns once for all of them;
+- a received message is handled in the turn of the event loop that read it (no queue, no
+  reader task woken per message), an audio delta's size is read from its base64 length;
+- permessage-deflate is not offered: on base64 audio it saves about a quarter of the bytes
+  on a link where bytes are free, and costs both ends CPU for every message.
 """
 
 import asyncio
 import base64
+import functools
 import json
+import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import websockets
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.frames import DATA_OPCODES, Frame, Opcode
+from websockets.protocol import Event
 
 from handlers.audio import REALTIME_RATE
 from loadtest.prompts import Prompt, PromptSet
@@ -27,9 +45,13 @@ TRAILING_SILENCE_S = 1.0
 """Silence after each question: twice the server's default ``silence_duration_ms``."""
 EVENT_TIMEOUT_S = 60.0
 LISTEN_CAP_S = 10.0
+"""Longest a session listens to an answer before its next turn."""
 DEFAULT_ANSWERING_S = 0.5
 """How long an answer streams from its first audio to its end, when not calibrated."""
-"""Longest a session listens to an answer before its next turn."""
+TICK_S = 0.01
+"""A frame goes out at its deadline rounded up to this grid (at most 10 ms late, never
+drifting): the timers of many sessions then fire in one turn of the event loop."""
+_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
 
 Interruption = Literal["barge-in", "cancel"] | None
 
@@ -83,6 +105,125 @@ class SessionLog:
     model: str | None = None
 
 
+def _append_event(pcm: bytes) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+
+
+SILENCE_EVENT = _append_event(bytes(FRAME_BYTES))
+"""The ``input_audio_buffer.append`` of one frame of silence."""
+
+
+@functools.lru_cache(maxsize=1024)
+def spoken_frames(prompt: Prompt) -> tuple[tuple[str, float], ...]:
+    """The question as it is sent: each frame's ``input_audio_buffer.append`` event (JSON text)
+    and the seconds of audio from the question's start to that frame's end. Built once per
+    process and prompt, whatever the number of sessions asking it."""
+    audio = prompt.pcm16
+    return tuple(
+        (
+            _append_event(audio[offset : offset + FRAME_BYTES]),
+            min(offset + FRAME_BYTES, len(audio)) / (2 * REALTIME_RATE),
+        )
+        for offset in range(0, len(audio), FRAME_BYTES)
+    )
+
+
+def _is_base64(text: str) -> bool:
+    """Only base64's characters (padding included): no quote, backslash or control character."""
+    return text.isascii() and not text.encode("ascii").translate(None, _BASE64)
+
+
+def audio_size(delta: str) -> int:
+    """Bytes of audio in a base64 ``delta``, exactly ``len(base64.b64decode(delta))``: counted
+    from its length when it is plain padded base64 (as a server sends it), decoded otherwise."""
+    size = len(delta)
+    padding = size - len(delta.rstrip("="))
+    if size % 4 == 0 and padding <= 2 and _is_base64(delta) and "=" not in delta[: size - padding]:
+        return size // 4 * 3 - padding
+    return len(base64.b64decode(delta))
+
+
+class _Metronome:
+    """The wake-ups of every session in one event loop, on a ``TICK_S`` grid of the loop's
+    clock: one timer per tick for all the frames due in it, not one per frame."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._due: dict[int, list[asyncio.Future[None]]] = {}
+
+    async def until(self, deadline: float) -> None:
+        """Sleep until ``deadline`` (``time.monotonic()``) rounded up to the grid; if that is
+        past, only yield to the other tasks."""
+        now = self.loop.time()
+        tick = math.ceil((deadline - time.monotonic() + now) / TICK_S)
+        if tick * TICK_S <= now:
+            await asyncio.sleep(0)
+            return
+        waiters = self._due.get(tick)
+        if waiters is None:
+            waiters = self._due[tick] = []
+            self.loop.call_at(tick * TICK_S, self._fire, tick)
+        waiter = self.loop.create_future()
+        waiters.append(waiter)
+        await waiter  # a cancelled sleeper cancels its own waiter, no one else's
+
+    def _fire(self, tick: int) -> None:
+        for waiter in self._due.pop(tick):
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+_metronome: _Metronome | None = None
+
+
+def _running_metronome() -> _Metronome:
+    """The metronome of the running loop (one at a time: a new loop gets a new one)."""
+    global _metronome
+    loop = asyncio.get_running_loop()
+    if _metronome is None or _metronome.loop is not loop:
+        _metronome = _Metronome(loop)
+    return _metronome
+
+
+class _Connection(ClientConnection):
+    """websockets' client connection, handing each message to a handler as soon as it is
+    parsed, in the turn of the event loop that read it, instead of queueing it for a reader
+    task to wake up for. (Pings, pongs, the close and the handshake are websockets' own.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handler: Callable[[bytes, bool], None] | None = None
+        self._early: list[tuple[bytes, bool]] = []
+        """Messages read with the handshake's response, before :meth:`deliver_to`."""
+        self._fragments: list[bytes] = []
+        self._text = False
+
+    def deliver_to(self, handler: Callable[[bytes, bool], None]) -> None:
+        """From now on, call ``handler(data, is_text)`` with each message (and now with those
+        that came before)."""
+        self._handler = handler
+        early, self._early = self._early, []
+        for data, text in early:
+            handler(data, text)
+
+    def process_event(self, event: Event) -> None:
+        if self.response is None or not isinstance(event, Frame) or event.opcode not in DATA_OPCODES:
+            super().process_event(event)
+            return
+        if event.opcode is not Opcode.CONT:
+            self._fragments.clear()
+            self._text = event.opcode is Opcode.TEXT
+        if not event.fin:  # a fragment: the message is whole with its last one
+            self._fragments.append(bytes(event.data))
+            return
+        data = b"".join([*self._fragments, event.data]) if self._fragments else bytes(event.data)
+        self._fragments.clear()
+        if self._handler is None:
+            self._early.append((data, self._text))
+        else:
+            self._handler(data, self._text)
+
+
 class Session:
     """Drives one WebSocket session through ``turns`` questions (or until ``deadline``)."""
 
@@ -97,6 +238,7 @@ class Session:
         cancel_rate: float,
         on_turn_end: Any,
         answering_s: dict[int, float] | None = None,
+        compression: str | None = None,
     ) -> None:
         self.log = SessionLog(index)
         self._url = url
@@ -107,6 +249,9 @@ class Session:
         self._cancel_rate = cancel_rate
         self._on_turn_end = on_turn_end
         self._answering_s = answering_s or {}
+        self._compression = compression
+        """``"deflate"`` offers permessage-deflate (``python -m loadtest.bench_client`` measures
+        what it costs); ``None``, the default, does not."""
         self._responses: dict[str, Response] = {}
         self._waiting: list[Turn] = []
         """Turns whose speech the server has not yet answered, oldest first."""
@@ -122,8 +267,11 @@ class Session:
 
     async def run(self, turns: int, deadline: float) -> SessionLog:
         try:
-            async with websockets.connect(f"{self._url}?model=s2s", max_size=None) as ws:
+            url = f"{self._url}?model=s2s"
+            async with connect(url, max_size=None, compression=self._compression, create_connection=_Connection) as ws:
+                assert isinstance(ws, _Connection)
                 self._ws = ws
+                ws.deliver_to(self._on_message)
                 reader = asyncio.ensure_future(self._read())
                 try:
                     async with asyncio.timeout(EVENT_TIMEOUT_S):
@@ -158,21 +306,18 @@ class Session:
         return turn
 
     async def _speak(self, turn: Turn) -> None:
-        """Send the question at microphone pace, then silence; note when speech ended."""
-        audio = turn.prompt.pcm16
+        """Send the question at microphone pace, then silence; note when speech ended. Each
+        frame is due when the audio before it has played (from the start: no drift)."""
+        metronome = _running_metronome()
         start = time.monotonic()
-        for offset in range(0, len(audio), FRAME_BYTES):
-            await self._send_audio(audio[offset : offset + FRAME_BYTES])
-            await asyncio.sleep(max(0.0, start + (offset + FRAME_BYTES) / (2 * REALTIME_RATE) - time.monotonic()))
+        played = 0.0
+        for event, played in spoken_frames(turn.prompt):
+            await self._ws.send(event)
+            await metronome.until(start + played)
         turn.speech_end_at = time.monotonic()
-        silence = bytes(FRAME_BYTES)
-        for _ in range(int(TRAILING_SILENCE_S * 1000 / FRAME_MS)):
-            await self._send_audio(silence)
-            await asyncio.sleep(FRAME_MS / 1000)
-
-    async def _send_audio(self, pcm: bytes) -> None:
-        event = {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
-        await self._ws.send(json.dumps(event))
+        for frame in range(1, int(TRAILING_SILENCE_S * 1000 / FRAME_MS) + 1):
+            await self._ws.send(SILENCE_EVENT)
+            await metronome.until(start + played + frame * FRAME_MS / 1000)
 
     async def _await_answer(self, turn: Turn) -> Turn | None:
         """Wait for the turn's answer, interrupting it as the dice say; return the turn the
@@ -219,15 +364,22 @@ class Session:
         return spoken
 
     async def _read(self) -> None:
-        try:
-            async for message in self._ws:
-                self._on_event(json.loads(message), time.monotonic())
-        except websockets.ConnectionClosed:
-            pass
+        """Until the connection ends; its events are read as they come (``_on_message``)."""
+        await self._ws.wait_closed()
         self.log.disconnected = not self._leaving
         self._created.set()
         for turn in self._waiting:
             turn.answered.set()
+
+    def _on_message(self, data: bytes, text: bool) -> None:
+        if self._leaving:  # the session is closing: what comes now is no turn's
+            return
+        now = time.monotonic()
+        try:
+            self._on_event(json.loads(str(data, "utf-8") if text else data), now)
+        except Exception as error:  # bad UTF-8, JSON or event: counted, the session goes on
+            code = f"client:{type(error).__name__}"
+            self.log.errors[code] = self.log.errors.get(code, 0) + 1
 
     def _on_event(self, event: dict[str, Any], now: float) -> None:
         kind = event.get("type")
@@ -269,7 +421,7 @@ class Session:
         return self._waiting[0] if self._waiting else None
 
     def _on_audio(self, event: dict[str, Any], now: float) -> None:
-        size = len(base64.b64decode(event.get("delta", "")))
+        size = audio_size(event.get("delta", ""))
         response = self._responses.get(event.get("response_id", ""))
         if response is None:
             self.log.unattributed_stale_bytes += size

@@ -1,0 +1,235 @@
+"""The load client, cheap and still exact: its frames are the question's audio, paced without
+drift; every server message reaches it in order; against the echo server it counts stale
+audio to the byte and answers, barge-ins and cancels as they happened."""
+
+import asyncio
+import base64
+import binascii
+import json
+import math
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+
+from handlers.audio import REALTIME_RATE
+from loadtest import bench_client
+from loadtest.bench_client import ANSWER_S, EchoServer
+from loadtest.client import (
+    FRAME_BYTES,
+    SILENCE_EVENT,
+    TICK_S,
+    Session,
+    SessionLog,
+    _Connection,
+    _running_metronome,
+    audio_size,
+    spoken_frames,
+)
+from loadtest.prompts import PromptSet, tone_prompts
+
+ANSWER_BYTES = int(ANSWER_S * REALTIME_RATE) * 2
+
+
+@given(st.binary(max_size=5000))
+def test_audio_size_of_base64_is_its_bytes(pcm: bytes) -> None:
+    assert audio_size(base64.b64encode(pcm).decode()) == len(pcm)
+
+
+@given(st.text(alphabet="AQgw+/=\n -é_", max_size=24))
+def test_audio_size_is_what_decoding_gives_whatever_the_text(text: str) -> None:
+    try:
+        expected: int | type[Exception] = len(base64.b64decode(text))
+    except (binascii.Error, ValueError) as error:
+        expected = type(error)
+    if isinstance(expected, int):
+        assert audio_size(text) == expected
+    else:
+        with pytest.raises(expected):
+            audio_size(text)
+
+
+def test_a_question_goes_out_as_its_audio_in_frames() -> None:
+    prompt = tone_prompts().prompts[7]
+    frames = spoken_frames(prompt)
+    events = [json.loads(event) for event, _ in frames]
+    assert {event["type"] for event in events} == {"input_audio_buffer.append"}
+    assert b"".join(base64.b64decode(event["audio"]) for event in events) == prompt.pcm16
+    assert all(len(base64.b64decode(event["audio"])) <= FRAME_BYTES for event in events)
+    ends = [end for _, end in frames]
+    assert ends == sorted(ends) and ends[-1] == pytest.approx(prompt.seconds)
+    assert spoken_frames(prompt) is frames  # built once
+    assert base64.b64decode(json.loads(SILENCE_EVENT)["audio"]) == bytes(FRAME_BYTES)
+
+
+async def test_the_metronome_paces_without_drift() -> None:
+    """20 frames 50 ms apart, each after 20 ms of work: due times, not intervals, so the
+    work does not add up (sleeping 50 ms after each would take 1.4 s)."""
+    metronome = _running_metronome()
+    start = time.monotonic()
+    for frame in range(1, 21):
+        time.sleep(0.02)
+        await metronome.until(start + frame * 0.05)
+        assert time.monotonic() >= start + frame * 0.05 - 1e-3  # never early
+    assert time.monotonic() - start < 1.2
+
+
+async def test_sleepers_of_one_tick_share_its_timer_and_wake_without_a_cancelled_one() -> None:
+    metronome = _running_metronome()
+    deadline = time.monotonic() + 0.05
+    sleepers = [asyncio.ensure_future(metronome.until(deadline)) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert [len(waiters) for waiters in metronome._due.values()] == [3]
+    sleepers[0].cancel()
+    await asyncio.wait_for(asyncio.gather(*sleepers[1:]), 1.0)
+    assert sleepers[0].cancelled() and time.monotonic() >= deadline - 1e-3
+    assert metronome._due == {}
+    assert _running_metronome() is metronome and TICK_S <= 0.01
+
+
+async def test_every_message_reaches_the_handler_in_order() -> None:
+    """What came with the handshake, a fragmented message, a binary one; pings still work."""
+
+    async def talk(ws: ServerConnection) -> None:
+        await ws.send('{"n": 1}')
+        await ws.send(['{"n": ', "2}"])  # two frames
+        await ws.send(b'{"n": 3}')
+        await ws.wait_closed()
+
+    got: list[tuple[bytes, bool]] = []
+    async with serve(talk, "127.0.0.1", 0) as server:
+        port = list(server.sockets)[0].getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}", create_connection=_Connection) as ws:
+            assert isinstance(ws, _Connection)
+            await asyncio.sleep(0.2)  # all of it has been read before a handler is given
+            ws.deliver_to(lambda data, text: got.append((data, text)))
+            assert await asyncio.wait_for(await ws.ping(), 5) >= 0
+    assert got == [(b'{"n": 1}', True), (b'{"n": 2}', True), (b'{"n": 3}', False)]
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[EchoServer]:
+    server = EchoServer(deflate=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def stale_echo() -> Iterator[EchoServer]:
+    server = EchoServer(deflate=True, stale=True)
+    yield server
+    server.close()
+
+
+class Dice(random.Random):
+    """Scripted rolls: whether to interrupt an answer, when (``uniform``: 0 is as soon as the
+    session listens, its question's trailing silence sent), the next answer's."""
+
+    def __init__(self, *rolls: float) -> None:
+        super().__init__()
+        self._rolls = list(rolls)
+
+    def random(self) -> float:
+        return self._rolls.pop(0) if self._rolls else 0.99
+
+
+def _session(
+    url: str,
+    prompts: PromptSet,
+    index: int,
+    dice: Dice,
+    interrupt: float,
+    cancel: float,
+    compression: str | None = None,
+) -> Session:
+    """A session answered in 1 s of streaming (the echo server's), asking questions index, index + 1."""
+    answering = dict.fromkeys(range(len(prompts.prompts)), 1.0)
+    order = [index, index + 1]
+    return Session(index, url, prompts, order, dice, interrupt, cancel, lambda _: None, answering, compression)
+
+
+def _clean(log: SessionLog) -> None:
+    assert not log.disconnected and log.errors == {} and log.done_without_created == 0
+    assert log.unattributed_stale_bytes == 0
+    assert all(not turn.timed_out and turn.response is not None for turn in log.turns)
+    assert all(turn.response.stale_bytes == 0 for turn in log.turns if turn.response)
+
+
+async def test_sessions_against_the_echo_server(echo: EchoServer) -> None:
+    prompts = tone_prompts()
+    started = time.monotonic()
+    plain, barging, cancelling = await asyncio.gather(
+        _session(echo.url, prompts, 0, Dice(), 0.0, 0.0).run(1, math.inf),
+        _session(echo.url, prompts, 1, Dice(0.0, 0.0), 0.5, 0.0).run(1, math.inf),  # barge in
+        _session(echo.url, prompts, 2, Dice(0.0, 0.0), 0.0, 0.5).run(1, math.inf),  # cancel
+    )
+    for log in (plain, barging, cancelling):
+        _clean(log)
+        assert log.model == "echo"
+
+    (turn,) = plain.turns
+    assert turn.speech_end_at is not None and turn.speech_end_at - started >= turn.prompt.seconds  # real time
+    assert turn.heard == "Question 1." and turn.response is not None
+    assert turn.response.status == "completed" and turn.response.audio_bytes == ANSWER_BYTES
+
+    first, spoken = barging.turns  # the barge-in was the next question, answered in full
+    assert first.interruption == "barge-in" and first.barge_in_heard_at is not None
+    assert first.response is not None and first.response.status == "cancelled"
+    assert 0 < first.response.audio_bytes < ANSWER_BYTES
+    assert spoken.response is not None and spoken.response.audio_bytes == ANSWER_BYTES
+
+    (cancelled,) = cancelling.turns
+    assert cancelled.interruption == "cancel" and cancelled.response is not None
+    assert cancelled.response.status == "cancelled" and 0 < cancelled.response.audio_bytes < ANSWER_BYTES
+
+
+async def test_audio_after_its_response_is_done_is_counted_to_the_byte(stale_echo: EchoServer) -> None:
+    """The broken echo server sends one frame of audio after every ``response.done``."""
+    prompts = tone_prompts()
+    plain, cancelling = await asyncio.gather(
+        _session(stale_echo.url, prompts, 0, Dice(), 0.0, 0.0).run(1, math.inf),
+        _session(stale_echo.url, prompts, 1, Dice(0.0, 0.0), 0.0, 0.5).run(2, math.inf),  # cancel, then ask again
+    )
+    responses = [turn.response for log in (plain, cancelling) for turn in log.turns]
+    assert [response.status if response else None for response in responses] == ["completed", "cancelled", "completed"]
+    assert [response.stale_bytes if response else None for response in responses] == [FRAME_BYTES] * 3
+    assert responses[0] is not None and responses[0].audio_bytes == ANSWER_BYTES
+
+
+async def test_deflate_is_offered_only_when_asked(echo: EchoServer) -> None:
+    prompts = PromptSet("none", [], [])
+
+    async def offered(compression: str | None) -> int:
+        before = (echo.stats() or {})["extensions_offered"]
+        log = await _session(echo.url, prompts, 0, Dice(), 0.0, 0.0, compression).run(0, 0)
+        assert log.model == "echo"
+        return int((echo.stats() or {})["extensions_offered"] - before)
+
+    assert await offered(None) == 0
+    assert await offered("deflate") == 1
+
+
+def test_the_benchmark_reports_cpu_per_session_second(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--sessions", "2", "--duration-s", "1", "--ramp-s", "0", "--configs", "client_off", "deflate"]
+    assert bench_client.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    for name, negotiated in (("client_off", False), ("deflate", True)):
+        result = report["results"][name]["2"]
+        assert result["client_cpu_ms_per_session_s"] > 0 and result["server_cpu_ms_per_session_s"] > 0
+        assert bool(result["negotiated"]) == negotiated
+        assert result["turns"] >= 2 and result["stale_bytes"] == result["timeouts"] == result["disconnects"] == 0
+
+
+def test_a_malformed_event_is_counted_and_the_session_goes_on() -> None:
+    session = Session.uninterrupted("ws://unused", PromptSet("none", [], []), [])
+    session._on_message(b"not json", True)
+    session._on_message(b'"\xff"', True)
+    session._on_message(b'{"type": "response.done"}', True)  # no response in it
+    session._on_message(b'{"type": "session.created", "session": {"model": "echo"}}', True)
+    assert session.log.errors == {"client:JSONDecodeError": 1, "client:UnicodeDecodeError": 1, "client:KeyError": 1}
+    assert session.log.model == "echo"
