@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, help="report.json (.md and .png beside it)")
     parser.add_argument("--no-calibrate", action="store_true", help="skip answering each question alone first")
+    parser.add_argument(
+        "--continuous-mic", action="store_true", help="stream silence between questions too, as real clients do"
+    )
     parser.add_argument("--fail-on-stale", action="store_true", help="exit 1 if any stale audio arrived")
     parser.add_argument("--fail-on-leak", action="store_true", help="exit 1 if any answer leaked across sessions")
     args = parser.parse_args(argv)
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         duration_s=args.duration_s,
         seed=args.seed,
         calibrate=not args.no_calibrate,
+        continuous_mic=args.continuous_mic,
     )
     try:
         result = asyncio.run(run_load(config))

@@ -239,6 +239,7 @@ class Session:
         on_turn_end: Any,
         answering_s: dict[int, float] | None = None,
         compression: str | None = None,
+        continuous_mic: bool = False,
     ) -> None:
         self.log = SessionLog(index)
         self._url = url
@@ -252,6 +253,11 @@ class Session:
         self._compression = compression
         """``"deflate"`` offers permessage-deflate (``python -m loadtest.bench_client`` measures
         what it costs); ``None``, the default, does not."""
+        self._continuous_mic = continuous_mic
+        """Stream silence whenever no question is being spoken, as a browser's or a phone's
+        microphone does, instead of sending audio only around questions."""
+        self._voices = 0
+        """Questions being spoken right now (a barge-in may overlap the last one's silence)."""
         self._responses: dict[str, Response] = {}
         self._waiting: list[Turn] = []
         """Turns whose speech the server has not yet answered, oldest first."""
@@ -277,7 +283,12 @@ class Session:
                     async with asyncio.timeout(EVENT_TIMEOUT_S):
                         await self._created.wait()
                     if self.log.model is not None:  # else refused (an error event says why)
-                        await self._converse(turns, deadline)
+                        microphone = asyncio.ensure_future(self._microphone()) if self._continuous_mic else None
+                        try:
+                            await self._converse(turns, deadline)
+                        finally:
+                            if microphone is not None:
+                                microphone.cancel()
                 finally:
                     self._leaving = True
                     reader.cancel()
@@ -311,13 +322,28 @@ class Session:
         metronome = _running_metronome()
         start = time.monotonic()
         played = 0.0
-        for event, played in spoken_frames(turn.prompt):
-            await self._ws.send(event)
-            await metronome.until(start + played)
-        turn.speech_end_at = time.monotonic()
-        for frame in range(1, int(TRAILING_SILENCE_S * 1000 / FRAME_MS) + 1):
-            await self._ws.send(SILENCE_EVENT)
-            await metronome.until(start + played + frame * FRAME_MS / 1000)
+        self._voices += 1
+        try:
+            for event, played in spoken_frames(turn.prompt):
+                await self._ws.send(event)
+                await metronome.until(start + played)
+            turn.speech_end_at = time.monotonic()
+            for frame in range(1, int(TRAILING_SILENCE_S * 1000 / FRAME_MS) + 1):
+                await self._ws.send(SILENCE_EVENT)
+                await metronome.until(start + played + frame * FRAME_MS / 1000)
+        finally:
+            self._voices -= 1
+
+    async def _microphone(self) -> None:
+        """The continuous microphone: a frame of silence every frame's length while no
+        question is being spoken."""
+        metronome = _running_metronome()
+        due = time.monotonic()
+        while True:
+            due += FRAME_MS / 1000
+            await metronome.until(due)
+            if not self._voices:
+                await self._ws.send(SILENCE_EVENT)
 
     async def _await_answer(self, turn: Turn) -> Turn | None:
         """Wait for the turn's answer, interrupting it as the dice say; return the turn the

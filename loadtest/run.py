@@ -41,6 +41,8 @@ class LoadConfig:
     duration_s: float | None
     seed: int
     calibrate: bool = True
+    continuous_mic: bool = False
+    """Silence streamed between questions too, as real clients' microphones do."""
 
 
 @dataclass
@@ -109,6 +111,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
                 config.cancel_rate,
                 turn_ended,
                 answering_s,
+                continuous_mic=config.continuous_mic,
             )
             return await driver.run(config.turns, deadline)
 

@@ -22,6 +22,7 @@ from loadtest import bench_client
 from loadtest.bench_client import ANSWER_S, EchoServer
 from loadtest.client import (
     FRAME_BYTES,
+    FRAME_MS,
     SILENCE_EVENT,
     TICK_S,
     Session,
@@ -146,11 +147,14 @@ def _session(
     interrupt: float,
     cancel: float,
     compression: str | None = None,
+    continuous_mic: bool = False,
 ) -> Session:
     """A session answered in 1 s of streaming (the echo server's), asking questions index, index + 1."""
     answering = dict.fromkeys(range(len(prompts.prompts)), 1.0)
     order = [index, index + 1]
-    return Session(index, url, prompts, order, dice, interrupt, cancel, lambda _: None, answering, compression)
+    return Session(
+        index, url, prompts, order, dice, interrupt, cancel, lambda _: None, answering, compression, continuous_mic
+    )
 
 
 def _clean(log: SessionLog) -> None:
@@ -233,3 +237,21 @@ def test_a_malformed_event_is_counted_and_the_session_goes_on() -> None:
     session._on_message(b'{"type": "session.created", "session": {"model": "echo"}}', True)
     assert session.log.errors == {"client:JSONDecodeError": 1, "client:UnicodeDecodeError": 1, "client:KeyError": 1}
     assert session.log.model == "echo"
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+async def test_a_continuous_microphone_streams_between_questions(echo: EchoServer, continuous: bool) -> None:
+    """With ``continuous_mic`` a frame goes out every 100 ms for the whole session, waiting
+    and listening included; without it, audio goes out only around questions."""
+    prompts = tone_prompts()
+    session = _session(echo.url, prompts, 0, Dice(), 0.0, 0.0, continuous_mic=continuous)
+    before = (echo.stats() or {})["events_in"]
+    started = time.monotonic()
+    log = await session.run(2, math.inf)
+    frames_due = (time.monotonic() - started) * 1000 / FRAME_MS
+    _clean(log)
+    sent = (echo.stats() or {})["events_in"] - before
+    if continuous:
+        assert 0.8 * frames_due <= sent <= 1.1 * frames_due, (sent, frames_due)
+    else:
+        assert sent < 0.8 * frames_due, (sent, frames_due)
