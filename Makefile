@@ -43,6 +43,16 @@ assets: install
 run: install assets
 	$(PY) -m deployments.serve_local cluster/local.yaml --port $(PORT)
 
+# Serves cluster/loadtest.yaml (synthetic engines: load tests only) on $(PORT) through Ray's
+# HAProxy, for s2s-loadtest; Ctrl-C closes the sessions (1001: its ingress looks every 5 s)
+# and stops every process, the HAProxy ones included, within 20 s (docs/haproxy.md).
+# HAPROXY_THREADS: 1 is what was measured on 2 cores.
+HAPROXY_THREADS ?= 1
+.PHONY: serve-loadtest
+serve-loadtest: install
+	RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_HAPROXY_NBTHREAD=$(HAPROXY_THREADS) \
+		$(PY) -m deployments.serve_local cluster/loadtest.yaml --port $(PORT) --data-path haproxy --stop-within 20
+
 # One spoken turn through the four real models in one process, no Ray.
 demo: install assets
 	$(PY) -m handlers.demo
@@ -66,6 +76,12 @@ bench-cancel: install
 
 bench-e2e: install assets
 	$(PY) -m loadtest.bench_e2e
+
+# The load client's CPU per session-second (50 and 200 sessions against an echo server), and
+# what permessage-deflate costs client and server.
+.PHONY: bench-client
+bench-client: install
+	$(PY) -m loadtest.bench_client
 
 # Ten minutes of interrupting sessions (synthetic engines): ingress RSS growth, leaked actors.
 soak: install

@@ -5,9 +5,18 @@ its HTTP proxy at once (open sessions see 1006, not a close) and then stops each
 Ray's processes one after another (13 s here, vLLM's engine taking 5 s of it). Here Ctrl-C
 (or SIGTERM) first deletes the applications with the proxy still up, so each ingress closes
 its sessions with 1001; then Ray is shut down; then whatever of this process tree is still
-alive (vLLM engine processes outlive their replica) is killed. All within ``--stop-within``
-seconds, the last step at the deadline whatever happened before it; a second Ctrl-C skips
-the waiting.
+alive (vLLM engine processes outlive their replica) is killed, and so is every HAProxy
+process of this launch (Ray starts them, and can leave them running, port held, once their
+manager actor is gone: docs/haproxy.md), by a reaper process that also does it if this one
+is killed outright. All within ``--stop-within`` seconds, the last step at the deadline
+whatever happened before it; a second Ctrl-C skips the waiting.
+
+``--data-path`` picks what carries the WebSockets: ``haproxy`` (the default) has Ray run an
+HAProxy in front of the ingress replicas, which serve HTTP themselves ("direct ingress");
+``proxy`` is Serve's Python proxy, every message relayed by an actor call. The HAProxy
+settings are environment variables that every Ray process must see, so they are set here
+before ``ray.init()`` starts this launcher's own cluster (explicit ones in the environment
+win, except the on/off switch itself, which follows ``--data-path``).
 
 The ready line is printed once ``/readyz`` answers 200: every model deployment answers, not
 merely the ingress.
@@ -15,11 +24,17 @@ merely the ingress.
 
 import argparse
 import importlib
+import os
 import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +45,21 @@ from ray import serve
 
 READY_POLL_S = 1.0
 INGRESS_ACTOR = "#RealtimeIngress#"
+DATA_PATHS = ("haproxy", "proxy")
+HAPROXY_SWITCH = "RAY_SERVE_ENABLE_HA_PROXY"
+HAPROXY_CONFIG = "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path, help="a Serve config file (cluster/local.yaml)")
     parser.add_argument("--port", type=int, help="HTTP port (default: the config's)")
+    parser.add_argument(
+        "--data-path",
+        choices=DATA_PATHS,
+        default="haproxy",
+        help="what carries the WebSockets: Ray's HAProxy (default) or Serve's Python proxy",
+    )
     parser.add_argument("--ready-timeout", type=float, default=900.0)
     parser.add_argument("--stop-within", type=float, default=12.0, help="seconds from Ctrl-C to the last process")
     args = parser.parse_args()
@@ -46,15 +70,119 @@ def main() -> None:
     port = http_options.get("port", 8000)
 
     stop = threading.Event()
+    haproxy = HAProxyRun.configure(os.environ) if args.data_path == "haproxy" else None
+    if haproxy is None:
+        os.environ[HAPROXY_SWITCH] = "0"
+    ray.init()  # a cluster of our own: its processes inherit os.environ as set above
+    if haproxy is not None:
+        haproxy.started(ray.get_runtime_context().get_node_id())
+    # After ray.init(): its core worker installs a SIGTERM handler of its own that aborts
+    # the process (exit -6), which would leave the sessions unclosed and HAProxy running.
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ray.init()
     serve.start(proxy_location=config.get("proxy_location", "HeadOnly"), http_options=http_options)
     apps = config["applications"]
     threading.Thread(target=_deploy, args=(apps,), daemon=True).start()
     threading.Thread(target=_announce_when_ready, args=(port, args.ready_timeout, stop), daemon=True).start()
     stop.wait()
-    _stop(apps, args.stop_within, stop)
+    _stop(apps, args.stop_within, stop, haproxy)
+
+
+class HAProxyRun:
+    """The HAProxy settings of one launch, and the reaper of its HAProxy processes.
+
+    Ray's HAProxyManager actor starts ``haproxy -db -f <dir>/<node id>/haproxy.cfg`` (a new
+    process on every reload, the old one draining) and kills them when Serve shuts down
+    gracefully, or Ray's raylet does, with the actor's process group; a raylet that dies
+    first, or this launcher killed, leaves them running, port held. Every file path Ray gives
+    HAProxy is put under a directory of this launch, so its processes are those whose command
+    line names a file in it, whoever their parent is by then; a reaper process, started before
+    Ray, kills them once this process closes its pipe, or ends however it ends."""
+
+    def __init__(self, directory: Path, owned: bool) -> None:
+        self.directory = directory
+        self.owned = owned  # created here, so removed at the end
+        read_end, self._pipe = os.pipe()  # not inherited by Ray's processes: only we hold it
+        self.reaper = subprocess.Popen(
+            [sys.executable, "-c", REAPER, str(directory), "owned" if owned else "given"],
+            stdin=read_end,
+            start_new_session=True,  # no Ctrl-C from the terminal: it must outlive us
+        )
+        os.close(read_end)
+
+    @classmethod
+    def configure(cls, environ: MutableMapping[str, str]) -> "HAProxyRun":
+        environ[HAPROXY_SWITCH] = "1"
+        if environ.get(HAPROXY_CONFIG):
+            run = cls(Path(environ[HAPROXY_CONFIG]).parent, owned=False)
+        else:  # under /tmp: the admin and metrics sockets' paths must stay under 108 bytes
+            run = cls(Path(tempfile.mkdtemp(prefix="s2s-haproxy-", dir="/tmp")), owned=True)
+            environ[HAPROXY_CONFIG] = str(run.directory / "haproxy.cfg")
+        defaults = {
+            "RAY_SERVE_HAPROXY_SOCKET_PATH": str(run.directory / "admin.sock"),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(run.directory),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(run.directory / "server-state"),
+            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(run.directory / "metrics.sock"),
+            # One thread carries hundreds of sessions; more only compete with the models here.
+            "RAY_SERVE_HAPROXY_NBTHREAD": "1",
+            # Fixed by default (8500, 9500, 9101, 8404): a second launch would fail to bind.
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
+            "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
+            "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
+            # An ingress replica stays up 30 s after it is told to stop, by default, for an
+            # outside load balancer to forget it; here HAProxy is the only one.
+            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+        }
+        for name, value in defaults.items():
+            environ.setdefault(name, value)
+        return run
+
+    def started(self, node_id: str) -> None:
+        """Ray runs on ``node_id``: its HAProxy files are in ``<directory>/<node_id>/``, all
+        the reaper may touch in a directory that this launch did not create."""
+        os.write(self._pipe, node_id.encode())
+
+    def stop(self, timeout_s: float) -> None:
+        """Have the reaper kill them now, and wait (up to ``timeout_s``) until it has: the
+        port is free then."""
+        os.close(self._pipe)
+        try:
+            self.reaper.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+REAPER = """\
+import os, shutil, sys, time
+import psutil
+
+directory, owned = sys.argv[1], sys.argv[2] == "owned"
+node_id = sys.stdin.buffer.read().decode()  # returns at EOF: the launcher closed it, or ended
+if owned or node_id:
+    prefix = os.path.join(directory, node_id, "")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        processes = psutil.process_iter(["cmdline"])
+        ours = [p for p in processes if any(a.startswith(prefix) for a in p.info["cmdline"] or ())]
+        if not ours:
+            break
+        for process in ours:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(ours, timeout=max(0.0, deadline - time.monotonic()))
+if owned:
+    shutil.rmtree(directory, ignore_errors=True)
+"""
+"""Run as a process of its own: stdin is the read end of the launcher's pipe."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _deploy(apps: list[dict[str, Any]]) -> None:
@@ -79,7 +207,7 @@ def _announce_when_ready(port: int, timeout_s: float, stop: threading.Event) -> 
         print(f"the app did not become ready on port {port} within {timeout_s:.0f} s", flush=True)
 
 
-def _stop(apps: list[dict[str, Any]], within_s: float, stop: threading.Event) -> None:
+def _stop(apps: list[dict[str, Any]], within_s: float, stop: threading.Event, haproxy: HAProxyRun | None) -> None:
     started = time.monotonic()
     ours = psutil.Process().children(recursive=True)  # now: vLLM's engines are orphaned later
     print("stopping: closing sessions (Ctrl-C again to skip the wait)", flush=True)
@@ -87,17 +215,33 @@ def _stop(apps: list[dict[str, Any]], within_s: float, stop: threading.Event) ->
     close_by = started + within_s / 2
     for app in apps:  # the proxy stays up: each ingress sees its app deleted and closes with 1001
         threading.Thread(target=serve.delete, args=(app["name"],), daemon=True).start()
-    while time.monotonic() < close_by and not stop.is_set() and _ingress_alive():
-        stop.wait(0.1)
+    # Sets `stop` once no ingress replica is left; waited for here only until close_by (a
+    # call to Ray can block for a minute when its GCS is gone, as after a SIGTERM to the
+    # whole process group).
+    threading.Thread(target=_set_when_ingress_gone, args=(stop,), daemon=True).start()
+    stop.wait(max(0.0, close_by - time.monotonic()))
+    stop.set()  # no more calls to Ray from that thread: they would fail once it is shut down
     shutdown = threading.Thread(target=ray.shutdown, daemon=True)
     shutdown.start()
     shutdown.join(max(0.0, started + within_s - 1 - time.monotonic()))
+    reaper = haproxy.reaper.pid if haproxy is not None else None
     for process in ours + psutil.Process().children(recursive=True):
         try:
-            process.kill()
+            if process.pid != reaper:
+                process.kill()
         except psutil.Error:
             pass
+    if haproxy is not None:  # after their manager: nothing starts another one now
+        haproxy.stop(max(0.0, started + within_s - time.monotonic()))
     print(f"stopped in {time.monotonic() - started:.1f} s", flush=True)
+    if shutdown.is_alive():  # Ray is stuck, and exiting would wait for it again (atexit)
+        os._exit(0)
+
+
+def _set_when_ingress_gone(stop: threading.Event) -> None:
+    while not stop.is_set() and _ingress_alive():
+        stop.wait(0.1)  # polling Ray's actor list: it has no event for an actor's end
+    stop.set()
 
 
 def _ingress_alive() -> bool:

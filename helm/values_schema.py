@@ -67,6 +67,18 @@ def values_schema() -> dict[str, Any]:
                     },
                     ["proxyLocation", "port", "app"],
                 ),
+                "dataPath": {"enum": ["haproxy", "proxy"]},
+                "haproxy": _object(
+                    {
+                        "threads": {"type": "integer", "minimum": 1},
+                        "hardStopAfterS": {"type": "integer", "minimum": 1},
+                        "env": {
+                            "type": "object",
+                            "patternProperties": {"^RAY_SERVE_[A-Z0-9_]+$": _STRING},
+                            "additionalProperties": False,
+                        },
+                    }
+                ),
                 "head": _object({"resources": _RESOURCES, **_PLACEMENT}),
                 "workerGroups": {"type": "array", "items": worker_group, "minItems": 1},
                 "autoscaler": _object(

@@ -154,9 +154,54 @@ def test_optional_parts_and_the_hub_token() -> None:
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
     assert manifests["s2s-serve/templates/servicemonitor.yaml"]["spec"]["endpoints"][0]["port"] == "metrics"
     head = manifests["s2s-serve/templates/rayservice.yaml"]["spec"]["rayClusterConfig"]["headGroupSpec"]
-    (env,) = head["template"]["spec"]["containers"][0]["env"]
-    assert env == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    env = head["template"]["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert "HF_TOKEN" not in container_env(rayservice())["head"]
     assert set(render()) == {"s2s-serve/templates/rayservice.yaml"}  # both off by default
+
+
+def container_env(service: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The plain ``env`` values of the head's container and of each worker group's, by group."""
+    cluster = service["spec"]["rayClusterConfig"]
+    pods = {"head": cluster["headGroupSpec"]} | {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    envs = {}
+    for name, pod in pods.items():
+        (container,) = pod["template"]["spec"]["containers"]
+        envs[name] = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    return envs
+
+
+@pytest.mark.parametrize("values", [None, GPU_HEAVY, MANY_TTS], ids=["default", "gpu-heavy", "many-tts"])
+def test_haproxy_settings_reach_the_head_and_every_worker_group_before_ray_starts(
+    values: dict[str, Any] | None,
+) -> None:
+    """Ray reads them in every process (the controller, each node's HAProxy manager, every
+    replica): in each pod's container env, `ray start` and all it starts inherit them."""
+    service = rayservice(values)
+    envs = container_env(service)
+    groups = [g["groupName"] for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]]
+    assert set(envs) == {"head", *groups} and len(groups) >= 2
+    for env in envs.values():
+        assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+        assert env["RAY_SERVE_HAPROXY_NBTHREAD"] == "4"
+        assert env["RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"] == "3600"
+
+
+def test_the_data_path_switches_every_pod_and_extra_settings_reach_every_pod() -> None:
+    extra = {"haproxy": {"threads": 2, "env": {"RAY_SERVE_HAPROXY_MAXCONN": "8192"}}}
+    for env in container_env(rayservice({**GPU_HEAVY, **extra})).values():
+        assert env["RAY_SERVE_HAPROXY_NBTHREAD"] == "2"
+        assert env["RAY_SERVE_HAPROXY_MAXCONN"] == "8192"
+    for env in container_env(rayservice({"dataPath": "proxy", **extra})).values():
+        assert env == {"RAY_SERVE_ENABLE_HA_PROXY": "0"}  # no HAProxy setting without HAProxy
+
+
+def test_behind_haproxy_the_ingress_keeps_a_fixed_replica_count() -> None:
+    """A change of the ingress replica set reloads HAProxy, and the old process cuts the
+    sessions it carries after hard-stop-after; a replica scaled away cuts its own."""
+    args = yaml.safe_load(rayservice()["spec"]["serveConfigV2"])["applications"][0]["args"]
+    assert "autoscaling_config" not in args["ingress"]["deployment"]
+    assert args["ingress"]["deployment"]["num_replicas"] >= 2
 
 
 def test_chart_lints_clean() -> None:
@@ -185,8 +230,20 @@ def test_a_label_selector_no_worker_group_satisfies_fails_the_render() -> None:
         ({"serve": {"app": {"args": {"tts": {"replicas": 3}}}}}, "/serve/app/args/tts"),
         ({"serve": {"port": 70000}}, "/serve/port"),
         ({"workerGroups": [{"name": "gpu", "gpus": 1}]}, "/workerGroups/0"),
+        ({"dataPath": "nginx"}, "/dataPath"),
+        ({"haproxy": {"env": {"PATH": "/tmp"}}}, "/haproxy/env"),
+        ({"haproxy": {"hardStopAfterS": 0}}, "/haproxy/hardStopAfterS"),
     ],
-    ids=["negative-gpus", "unknown-dtype", "unknown-field", "bad-port", "incomplete-group"],
+    ids=[
+        "negative-gpus",
+        "unknown-dtype",
+        "unknown-field",
+        "bad-port",
+        "incomplete-group",
+        "unknown-data-path",
+        "not-a-serve-variable",
+        "no-hard-stop",
+    ],
 )
 def test_bad_values_get_a_clear_error_from_the_schema(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmError, match=f"at '{where}"):

@@ -11,17 +11,36 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Release.Name }}-serve-svc
 {{- end -}}
 
-{{/* The container both head and workers run: the app's image, the hub token if any. */}}
+{{/* The container both head and workers run: the app's image, the hub token if any, and
+the data path's settings, which Ray reads from the environment of each of its processes. */}}
 {{- define "s2s-serve.container" -}}
 image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
 imagePullPolicy: {{ .Values.image.pullPolicy }}
-{{- if .Values.hubToken.secretName }}
 env:
+  {{- if .Values.hubToken.secretName }}
   - name: HF_TOKEN
     valueFrom:
       secretKeyRef:
         name: {{ .Values.hubToken.secretName }}
         key: {{ .Values.hubToken.key }}
+  {{- end }}
+  {{- include "s2s-serve.dataPathEnv" . | nindent 2 }}
+{{- end -}}
+
+{{/* RAY_SERVE_ENABLE_HA_PROXY and, for HAProxy, its settings (docs/haproxy.md). */}}
+{{- define "s2s-serve.dataPathEnv" -}}
+{{- $haproxy := eq .Values.dataPath "haproxy" -}}
+- name: RAY_SERVE_ENABLE_HA_PROXY
+  value: {{ ternary "1" "0" $haproxy | quote }}
+{{- if $haproxy }}
+- name: RAY_SERVE_HAPROXY_NBTHREAD
+  value: {{ .Values.haproxy.threads | quote }}
+- name: RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S
+  value: {{ .Values.haproxy.hardStopAfterS | quote }}
+{{- range $name, $value := .Values.haproxy.env }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
