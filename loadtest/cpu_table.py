@@ -1,16 +1,18 @@
 """CPU per session-second of each process role, measured beside a load test.
 
-``python -m loadtest.cpu_table --delay-s 60 --seconds 180 --sessions 300`` waits out the
-ramp, then reads every process's CPU time (user + system, psutil) at the start and the end
-of the window and prints one JSON object: per role (HTTP proxy or HAProxy, ingress, VAD,
-TTS, LLM, STT, load client, Ray's own daemons), the CPU seconds used, the share of one core,
-and, given ``--sessions``, the milliseconds of CPU per session-second. Roles are told by
-process title (``ray::ServeReplica:<app>:RealtimeIngress``, ``ray::ProxyActor``, ...).
+``python -m loadtest.cpu_table --wait-for 300 --seconds 180 --sessions 300`` waits until
+the server (``--health``, the ingress's ``/healthz``) holds that many sessions, then reads
+every process's CPU time (user + system, psutil) at the start and the end of the window and
+prints one JSON object: per role (HTTP proxy or HAProxy, ingress, VAD, TTS, LLM, STT, load
+client, Ray's own daemons), the CPU seconds used, the share of one core, and, given
+``--sessions``, the milliseconds of CPU per session-second. Roles are told by process title
+(``ray::ServeReplica:<app>:RealtimeIngress``, ``ray::ProxyActor``, ...).
 """
 
 import argparse
 import json
 import time
+import urllib.request
 from typing import Any
 
 import psutil
@@ -24,7 +26,8 @@ ROLES = (
     ("llm", lambda title: ":LLM" in title),
     ("stt", lambda title: ":STT" in title),
     ("scope_hosts", lambda title: "ray::ScopeHost" in title),
-    ("client", lambda title: "loadtest" in title and "cpu_table" not in title),
+    ("client", lambda title: "s2s-loadtest" in title or "-m loadtest " in f"{title} "),
+    ("launcher", lambda title: "deployments.serve_local" in title),
     ("serve_controller", lambda title: "ray::ServeController" in title),
     ("ray_daemons", lambda title: any(name in title for name in ("raylet", "gcs_server", "ray::", "dashboard"))),
 )
@@ -66,13 +69,26 @@ def table(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, floa
     }
 
 
+def wait_for_sessions(health_url: str, sessions: int) -> None:
+    while True:
+        try:
+            with urllib.request.urlopen(health_url, timeout=10) as reply:
+                if json.load(reply)["sessions"] >= sessions:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)  # polling the server's count: it has no event to wait on
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--delay-s", type=float, default=0.0, help="wait this long first (the ramp)")
+    parser.add_argument("--wait-for", type=int, help="start once /healthz counts this many open sessions")
+    parser.add_argument("--health", default="http://127.0.0.1:8000/healthz", help="the ingress's /healthz")
     parser.add_argument("--seconds", type=float, required=True, help="length of the measured window")
     parser.add_argument("--sessions", type=int, help="open sessions during the window: adds ms per session-second")
     args = parser.parse_args()
-    time.sleep(args.delay_s)  # the load's ramp: a fixed schedule, not an event
+    if args.wait_for:
+        wait_for_sessions(args.health, args.wait_for)
     before, started = cpu_seconds(), time.monotonic()
     time.sleep(args.seconds)
     after, seconds = cpu_seconds(), time.monotonic() - started
