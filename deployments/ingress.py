@@ -209,13 +209,14 @@ class RealtimeIngress:
             await websocket.send_text(encode(error_event(error, "server_error")))
             await websocket.close(CLOSE_INTERNAL_ERROR, error.code)
             return
+        metrics = SessionMetrics(self._metrics)
         session = RealtimeSession(
             websocket,
             self._stages,
             self._config,
             scope,
             self._model_name,
-            SessionMetrics(self._metrics),
+            metrics,
             self._prompt_budget_tokens,
         )
         self._sessions.add(session)
@@ -226,6 +227,7 @@ class RealtimeIngress:
         finally:
             self._sessions.discard(session)
             self._metrics.active_sessions.set(len(self._sessions))
+            metrics.flush()
             with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
                 await scope.close()
 

@@ -47,6 +47,9 @@ class SessionMetrics:
         self._metrics = metrics_
         self._turn_ended_at: float | None = None
         self._cancelled_at: float | None = None
+        self._dropped = 0
+        """Discarded events not yet added to the counter: a cancel drops a burst of audio
+        deltas, and one Ray metric update per event would cost more than the events."""
 
     def turn_ended(self) -> None:
         self._turn_ended_at = time.monotonic()
@@ -60,7 +63,7 @@ class SessionMetrics:
         self._metrics.recent_turns.append(timeline)
 
     def dropped(self, event: Any) -> None:
-        self._metrics.discarded.inc()
+        self._dropped += 1
 
     def sent(self, event: Any) -> None:
         if event.type == "response.output_audio.delta" and self._turn_ended_at is not None:
@@ -69,8 +72,16 @@ class SessionMetrics:
         elif event.type == "response.done":
             status = event.response.status
             self._metrics.responses.inc(tags={"status": status})
+            self.flush()
             if status == "cancelled" and self._cancelled_at is not None:
                 self._metrics.barge_in_stop.observe(time.monotonic() - self._cancelled_at)
                 self._cancelled_at = None
         elif event.type == "error":
             self._metrics.errors.inc(tags={"code": event.error.code or event.error.type})
+
+    def flush(self) -> None:
+        """Add what was counted locally to the replica's metrics (each ``response.done``, and
+        at the session's end)."""
+        if self._dropped:
+            self._metrics.discarded.inc(self._dropped)
+            self._dropped = 0
