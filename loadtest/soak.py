@@ -3,7 +3,7 @@
 ``python -m loadtest.soak [--minutes 10] [--sessions 16]`` starts a local Ray, serves
 ``cluster/loadtest.yaml``'s synthetic application (fixed replicas, so the actor count means
 something), warms it up with one load run, then runs the interrupting load for ``--minutes``
-while sampling the ingress replica's RSS. Prints one JSON object: RSS after warm-up, at the
+while sampling the ingress replicas' RSS (summed). Prints one JSON object: RSS after warm-up, at the
 end and at its peak, growth in percent, the cluster's live actors before and after, and the
 harness's counters (stale bytes, leaks, cut-short answers, timeouts).
 """
@@ -31,14 +31,14 @@ from loadtest.scaling import app_args
 SAMPLE_S = 10.0
 
 
-def ingress_process() -> psutil.Process:
+def ingress_processes() -> list[psutil.Process]:
     filters = [("class_name", "=", "ServeReplica:voice:RealtimeIngress"), ("state", "=", "ALIVE")]
-    (ingress,) = list_actors(filters=filters)  # type: ignore[arg-type]
-    return psutil.Process(ingress.pid)
+    return [psutil.Process(ingress.pid) for ingress in list_actors(filters=filters)]  # type: ignore[arg-type]
 
 
-def rss_mb(process: psutil.Process) -> float:
-    return float(process.memory_info().rss) / 2**20
+def rss_mb(processes: list[psutil.Process]) -> float:
+    """Of every ingress replica together."""
+    return sum(float(process.memory_info().rss) for process in processes) / 2**20
 
 
 def wait_for_no_sessions(port: int, timeout_s: float = 60) -> None:
@@ -90,7 +90,7 @@ def main() -> None:
     asyncio.run(run_load(load(port, args.sessions, args.warmup_s, seed=1)))
     wait_for_no_sessions(port)
     actors_before = live_actors()
-    ingress = ingress_process()
+    ingress = ingress_processes()
     rss_start = rss_mb(ingress)
     samples = [rss_start]
     stop = threading.Event()
