@@ -33,8 +33,9 @@ RunBatch = Callable[[list[VADCall]], Awaitable[list[VADResult]]]
 
 
 def detector_for(synthetic: SyntheticConfig | None) -> VoiceActivityDetector:
-    """silero, or in serving-layer mode the energy detector on silero's segmenter."""
-    return VoiceActivityDetector() if synthetic is None else EnergyVoiceDetector()
+    """silero, or in serving-layer mode (unless it asks for silero) the energy detector on
+    silero's segmenter."""
+    return EnergyVoiceDetector() if synthetic is not None and synthetic.vad == "energy" else VoiceActivityDetector()
 
 
 def in_process(detector: VoiceActivityDetector) -> RunBatch:

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,6 +52,10 @@ class SyntheticConfig(BaseModel):
     """Length of the TTS tone per word of text."""
     tts_hold_s_per_sentence: float = Field(0.05, ge=0)
     """Time a TTS replica is busy per sentence; one sentence at a time per replica."""
+    vad: Literal["energy", "silero"] = "energy"
+    """``silero``: the real VAD on the synthetic questions, which must then carry speech
+    (``s2s-loadtest --voiced-tones`` speaks a sentence under each tone); ``energy`` hears
+    any tone."""
     llm_load_s: float = Field(0.0, ge=0)
     """Time the scripted LLM takes to load, as a real engine takes seconds to minutes (for
     testing start-up and readiness)."""

@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--continuous-mic", action="store_true", help="stream silence between questions too, as real clients do"
     )
+    parser.add_argument(
+        "--voiced-tones", action="store_true", help="synthetic questions with speech under them (synthetic.vad silero)"
+    )
     parser.add_argument("--fail-on-stale", action="store_true", help="exit 1 if any stale audio arrived")
     parser.add_argument("--fail-on-leak", action="store_true", help="exit 1 if any answer leaked across sessions")
     args = parser.parse_args(argv)
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         calibrate=not args.no_calibrate,
         continuous_mic=args.continuous_mic,
+        voiced_tones=args.voiced_tones,
     )
     try:
         result = asyncio.run(run_load(config))

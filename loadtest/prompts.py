@@ -5,7 +5,9 @@ Two sets, picked by the model the server names in ``session.created``:
 - ``spoken``: questions about capitals, spoken by Piper once and cached on disk; an answer or
   transcript names a question by its country or city;
 - ``tones``: for the synthetic engines (``cluster/loadtest.yaml``), question N is a tone that
-  the synthetic STT reads back, and the scripted answer says ``Answer N``.
+  the synthetic STT reads back, and the scripted answer says ``Answer N``; voiced (for the
+  real silero VAD, ``synthetic.vad: silero``), a sentence spoken by Piper under each tone:
+  silero hears the speech, the STT still reads the tone, which outweighs it in the spectrum.
 """
 
 import re
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from handlers.assets import cache_dir
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
 from handlers.synthetic import answer_number, question_text, question_tone
 
 CAPITALS = [
@@ -28,6 +30,8 @@ CAPITALS = [
 ]
 TONE_QUESTIONS = 100
 TONE_SECONDS = 1.2
+VOICE_UNDER_TONES = "Here is my question for you."
+VOICE_LEVEL = 0.5
 
 
 @dataclass(frozen=True)
@@ -61,39 +65,44 @@ class PromptSet:
         return {i for i, marks in enumerate(self._marks) if words & set(marks)}
 
 
-def spoken_prompts() -> PromptSet:
-    """Capital questions spoken by Piper (synthesised once into the cache folder)."""
+def spoken(texts: dict[str, str]) -> dict[str, bytes]:
+    """Each text spoken by Piper, by name (24 kHz PCM16, synthesised once into the cache)."""
     folder = cache_dir() / "loadtest-prompts"
     folder.mkdir(parents=True, exist_ok=True)
-    prompts: list[Prompt] = []
-    marks: list[tuple[str, ...]] = []
     speaker = None
-    for number, (country, city) in enumerate(CAPITALS):
-        text = f"What is the capital of {country}?"
-        path = folder / f"{country.lower()}.pcm"
+    for name, text in texts.items():
+        path = folder / f"{name}.pcm"
         if not path.exists():
             if speaker is None:
                 from handlers.tts import TextToSpeech
 
                 speaker = TextToSpeech()
             _write_atomically(path, b"".join(chunk.pcm16 for chunk in speaker.synthesize(text)))
-        prompts.append(Prompt(number, text, path.read_bytes()))
-        marks.append((country.lower(), city.lower()))
-    return PromptSet("spoken", prompts, marks)
+    return {name: (folder / f"{name}.pcm").read_bytes() for name in texts}
 
 
-def tone_prompts() -> PromptSet:
-    prompts = [
-        Prompt(
-            n, question_text(n), float_to_pcm16(resample(question_tone(n, TONE_SECONDS), SPEECH_RATE, REALTIME_RATE))
-        )
-        for n in range(TONE_QUESTIONS)
-    ]
+def spoken_prompts() -> PromptSet:
+    """Capital questions spoken by Piper."""
+    texts = {country.lower(): f"What is the capital of {country}?" for country, _ in CAPITALS}
+    audio = spoken(texts)
+    prompts = [Prompt(number, texts[name], audio[name]) for number, name in enumerate(texts)]
+    return PromptSet("spoken", prompts, [(country.lower(), city.lower()) for country, city in CAPITALS])
+
+
+def tone_prompts(voiced: bool = False) -> PromptSet:
+    voice = pcm16_to_float(spoken({"voice-under-tones": VOICE_UNDER_TONES})["voice-under-tones"]) if voiced else None
+    prompts = []
+    for n in range(TONE_QUESTIONS):
+        seconds = TONE_SECONDS if voice is None else len(voice) / REALTIME_RATE
+        tone = resample(question_tone(n, seconds), SPEECH_RATE, REALTIME_RATE)
+        if voice is not None:
+            tone[: len(voice)] += VOICE_LEVEL * voice[: len(tone)]
+        prompts.append(Prompt(n, question_text(n), float_to_pcm16(tone)))
     return PromptSet("tones", prompts, [])
 
 
-def prompts_for(model: str) -> PromptSet:
-    return tone_prompts() if model == "synthetic" else spoken_prompts()
+def prompts_for(model: str, voiced_tones: bool = False) -> PromptSet:
+    return tone_prompts(voiced_tones) if model == "synthetic" else spoken_prompts()
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

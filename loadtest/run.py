@@ -43,6 +43,8 @@ class LoadConfig:
     calibrate: bool = True
     continuous_mic: bool = False
     """Silence streamed between questions too, as real clients' microphones do."""
+    voiced_tones: bool = False
+    """Synthetic questions with speech under each tone, for a server on the real silero VAD."""
 
 
 @dataclass
@@ -76,7 +78,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
     probe = await Session.uninterrupted(config.url, PromptSet("none", [], []), []).run(0, 0)
     if probe.disconnected and probe.model is None:
         raise ConnectionError(f"no Realtime server answers at {config.url}")
-    prompts = prompts_for(probe.model or "")
+    prompts = prompts_for(probe.model or "", config.voiced_tones)
     rng = random.Random(config.seed)
     orders = [rng.sample(range(len(prompts.prompts)), len(prompts.prompts)) for _ in range(config.sessions)]
     asked = list(dict.fromkeys(order[t % len(order)] for t in range(config.turns + 1) for order in orders))

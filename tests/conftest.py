@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from deployments.serve_local import HAProxyRun
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.stt import SpeechToText
 from handlers.tts import TextToSpeech
@@ -20,12 +21,19 @@ def ray_local() -> Iterator[None]:
 
     # Replicas inherit this environment: the API-key tests' app reads its key from it.
     os.environ.setdefault("S2S_E2E_API_KEY", secrets.token_urlsafe(24))
+    # S2S_E2E_DATA_PATH=haproxy: the suite's cluster serves through HAProxy, as `make run`
+    # does (its settings must be in the environment before Ray starts; docs/haproxy.md).
+    haproxy = HAProxyRun.configure(os.environ) if os.environ.get("S2S_E2E_DATA_PATH") == "haproxy" else None
     # The dashboard serves the state API that leak checks use (ray.util.state). "local": a
     # cluster of the suite's own, even where another one (`ray start`, a test's simulated
     # cluster) is recorded in /tmp/ray as the machine's current one.
     ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False)
+    if haproxy is not None:
+        haproxy.started(ray.get_runtime_context().get_node_id())
     yield
     ray.shutdown()
+    if haproxy is not None:
+        haproxy.stop(timeout_s=15)
 
 
 @pytest.fixture(scope="session")
