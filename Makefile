@@ -61,8 +61,11 @@ demo: install assets
 	$(PY) -m handlers.demo
 
 # Lint first: a type or style error fails in seconds, not after the ten-minute suite.
+# Then cancel isolation again on the data path `make run` serves through (HAProxy): there the
+# WebSocket handler runs in the replica's own HTTP server, not in a Serve request.
 test: lint assets
 	$(PY) -m pytest
+	S2S_E2E_DATA_PATH=haproxy $(PY) -m pytest tests/e2e/test_isolation.py
 
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
 TYPED := cancel handlers deployments loadtest helm/values_schema.py
