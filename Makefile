@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install assets run demo test lint bench-handlers bench-cancel bench-e2e loadtest-scaling soak
+.PHONY: install assets run demo test lint bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
 
 install: $(INSTALLED)
 
@@ -79,6 +79,9 @@ bench-handlers: install assets
 
 bench-cancel: install
 	$(PY) -m loadtest.bench_cancel
+
+bench-vad: install assets
+	$(PY) -m loadtest.bench_vad
 
 bench-e2e: install assets
 	$(PY) -m loadtest.bench_e2e
