@@ -25,7 +25,6 @@ from cancel import ScopeDirectory, spawn_detached
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.placement import replica_placement
-from deployments.realtime import RealtimeSession, ServeStages
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -35,6 +34,8 @@ from deployments.realtime.protocol import (
     encode,
     error_event,
 )
+from deployments.realtime.serve_stages import ServeStages
+from deployments.realtime.session import RealtimeSession
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
 

@@ -1,6 +1,1 @@
-"""The OpenAI Realtime session, in parts with one job each (see ``session.py`` for the flow)."""
-
-from deployments.realtime.session import RealtimeSession
-from deployments.realtime.stages import ServeStages, Stages
-
-__all__ = ["RealtimeSession", "ServeStages", "Stages"]
+"""Realtime session parts (one job per module; session.py shows the flow)."""

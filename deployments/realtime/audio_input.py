@@ -55,6 +55,7 @@ class TurnEvent:
 class AudioInput:
     def __init__(
         self,
+        *,
         detect: Detect,
         turn_detection: TurnDetection | None,
         defaults: TurnDetection,

@@ -1,155 +1,20 @@
-"""The conversation as the server keeps it: items for the LLM prompt, their wire form.
+"""The conversation as the server keeps it: the ordered items a prompt is made of.
 
-Only text is kept per item (plus, for assistant audio, which text each stretch of audio
-spoke), so history stays small and ``conversation.item.truncate`` can cut the text at the
-point the listener stopped hearing. :class:`Conversation` does no I/O: the session and the
-responder tell it what happened.
+:class:`Conversation` holds the list and its operations (add after an item, find, delete,
+truncate, forget the oldest, fit a prompt into the LLM's context) and does no I/O: the
+session and the responder tell it what happened. The item kinds themselves are in
+:mod:`deployments.realtime.items`.
 """
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import json
+import math
+from collections.abc import Awaitable, Callable, Sequence
 
-from openai.types.realtime.realtime_conversation_item_assistant_message import (
-    Content as AssistantContent,
-)
-from openai.types.realtime.realtime_conversation_item_assistant_message import (
-    RealtimeConversationItemAssistantMessage,
-)
-from openai.types.realtime.realtime_conversation_item_function_call import RealtimeConversationItemFunctionCall
-from openai.types.realtime.realtime_conversation_item_function_call_output import (
-    RealtimeConversationItemFunctionCallOutput,
-)
-from openai.types.realtime.realtime_conversation_item_system_message import (
-    Content as SystemContent,
-)
-from openai.types.realtime.realtime_conversation_item_system_message import (
-    RealtimeConversationItemSystemMessage,
-)
-from openai.types.realtime.realtime_conversation_item_user_message import Content as UserContent
-from openai.types.realtime.realtime_conversation_item_user_message import (
-    RealtimeConversationItemUserMessage,
-)
-
-from deployments.realtime.stages import StageFailure
+from deployments.realtime.failures import StageFailure
+from deployments.realtime.items import AssistantMessage, Item, UserAudio
+from deployments.realtime.protocol import ProtocolError
 from handlers.llm import ChatMessage
-
-
-@dataclass
-class Item:
-    """A conversation item as the LLM prompt sees it: a message, a function call (``text``:
-    its arguments) or a function's result (``text``: the output)."""
-
-    id: str
-    role: Literal["user", "assistant", "system"]
-    text: str = ""
-    type: Literal["message", "function_call", "function_call_output"] = "message"
-    call_id: str = ""
-    name: str = ""
-    """The function called (``function_call``)."""
-    complete: bool = True
-    """False while the model is still writing the call: a cut call never reaches a prompt."""
-    transcribed: asyncio.Future[None] | None = None
-    """Set once STT has filled ``text`` (user audio items only)."""
-    transcription_failed: bool = False
-    spoken: list[tuple[float, str]] = field(default_factory=list)
-    """Assistant audio: (end of the piece in ms of output audio, its text), for truncation."""
-    audio_ms: float = 0.0
-    """Assistant audio sent so far (ms); a piece cut by a cancel ends inside ``spoken``."""
-    spoken_aloud: bool = True
-    """Assistant items: an audio answer (``output_audio``), else a text one (``output_text``)."""
-
-    @property
-    def prompted(self) -> bool:
-        """Whether the item is a message of the LLM's prompt (text, a whole call, a result)."""
-        return self.complete and bool(self.text or self.type == "function_call_output")
-
-    def speak(self, text: str, audio_ms: float, continues_piece: bool) -> None:
-        """A piece's audio (or more of it) is about to be sent: its text joins the item."""
-        if continues_piece and self.spoken:
-            end, piece = self.spoken[-1]
-            self.spoken[-1] = (end + audio_ms, piece)
-            return
-        start = self.spoken[-1][0] if self.spoken else 0.0
-        self.spoken.append((start + audio_ms, text))
-        self.text += text
-
-    def heard_until(self, audio_end_ms: float) -> None:
-        """Keep only what was heard up to ``audio_end_ms`` (truncate; a cancel mid-piece)."""
-        self.text, self.spoken = truncate_spoken(self.spoken, audio_end_ms)
-        self.audio_ms = min(self.audio_ms, audio_end_ms)
-
-
-def wire_item(item: Item, status: str = "completed") -> Any:
-    item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
-    if item.type == "function_call":
-        return RealtimeConversationItemFunctionCall(
-            id=item.id,
-            type="function_call",
-            object="realtime.item",
-            status=item_status if status != "completed" or item.complete else "incomplete",
-            call_id=item.call_id,
-            name=item.name,
-            arguments=item.text,
-        )
-    if item.type == "function_call_output":
-        return RealtimeConversationItemFunctionCallOutput(
-            id=item.id,
-            type="function_call_output",
-            object="realtime.item",
-            status="completed",
-            call_id=item.call_id,
-            output=item.text,
-        )
-    if item.role == "assistant":
-        return RealtimeConversationItemAssistantMessage(
-            id=item.id,
-            type="message",
-            role="assistant",
-            object="realtime.item",
-            status=item_status,
-            content=[
-                AssistantContent(type="output_audio", transcript=item.text)
-                if item.spoken_aloud
-                else AssistantContent(type="output_text", text=item.text)
-            ],
-        )
-    if item.role == "system":
-        return RealtimeConversationItemSystemMessage(
-            id=item.id,
-            type="message",
-            role="system",
-            object="realtime.item",
-            content=[SystemContent(type="input_text", text=item.text)],
-        )
-    content = (
-        UserContent(type="input_audio", transcript=item.text if item.transcribed and item.transcribed.done() else None)
-        if item.transcribed is not None
-        else UserContent(type="input_text", text=item.text)
-    )
-    return RealtimeConversationItemUserMessage(
-        id=item.id, type="message", role="user", object="realtime.item", status="completed", content=[content]
-    )
-
-
-def truncate_spoken(spoken: list[tuple[float, str]], audio_end_ms: float) -> tuple[str, list[tuple[float, str]]]:
-    """Keep the text the listener heard: whole pieces before ``audio_end_ms`` and the
-    heard share of the words of the piece it falls in."""
-    kept: list[tuple[float, str]] = []
-    start = 0.0
-    for end, text in spoken:
-        if end <= audio_end_ms:
-            kept.append((end, text))
-        else:
-            words = text.split()
-            heard = round(len(words) * (audio_end_ms - start) / max(1, end - start))
-            if heard:
-                kept.append((audio_end_ms, (" " if kept else "") + " ".join(words[:heard])))
-            break
-        start = end
-    return "".join(text for _, text in kept), kept
-
 
 ROOT = "root"
 """``previous_item_id`` that puts an item first."""
@@ -165,10 +30,6 @@ class Conversation:
     @property
     def items(self) -> Sequence[Item]:
         return tuple(self._items)
-
-    @property
-    def last_id(self) -> str | None:
-        return self._items[-1].id if self._items else None
 
     def add(self, item: Item, after: str | None = None) -> str | None:
         """Add ``item`` at the end, or right after the item ``after`` names (``root``: first);
@@ -187,6 +48,9 @@ class Conversation:
         del self._items[: max(0, len(self._items) - self._max_items)]
         return previous
 
+    def find(self, item_id: str) -> Item | None:
+        return next((item for item in self._items if item.id == item_id), None)
+
     def delete(self, item_id: str) -> bool:
         """Remove the item ``item_id``; ``False`` if there is none."""
         item = self.find(item_id)
@@ -194,14 +58,48 @@ class Conversation:
             self._items.remove(item)
         return item is not None
 
-    def forget_oldest(self, messages: int) -> None:
-        """Drop the oldest items that made the first ``messages`` prompt messages (items with
-        text; the empty ones before and among them go too)."""
+    def truncate(self, item_id: str, content_index: int, audio_end_ms: int) -> int:
+        """The listener heard the spoken answer ``item_id`` up to ``audio_end_ms``: its text
+        keeps what was heard. Returns the point it was cut at, clamped to the audio sent (a
+        client counts what it received, rounded as it likes: past the end means all of it
+        was heard, never an error)."""
+        item = self.find(item_id)
+        if not isinstance(item, AssistantMessage):
+            raise ProtocolError("invalid_value", f"no assistant message {item_id[:64]!r}", "item_id")
+        if content_index != 0:
+            raise ProtocolError("invalid_value", "content_index must be 0 (an item has one part)", "content_index")
+        if not item.spoken_aloud:
+            raise ProtocolError("invalid_value", f"item {item.id!r} is a text answer: it has no audio", "item_id")
+        if audio_end_ms < 0:
+            raise ProtocolError("invalid_value", "audio_end_ms must not be negative", "audio_end_ms")
+        cut_ms = min(audio_end_ms, math.floor(item.audio_ms))
+        item.heard_until(cut_ms)
+        return cut_ms
+
+    async def fit(
+        self,
+        messages: list[ChatMessage],
+        budget_tokens: int | None,
+        excess: Callable[[list[ChatMessage]], Awaitable[int]],
+    ) -> list[ChatMessage]:
+        """``messages`` (this conversation's prompt) within ``budget_tokens``: when they may
+        not fit, ``excess`` (the LLM, with its tokenizer) says how many of the oldest must go,
+        and those items leave the conversation for good, so later turns start from the same
+        place and keep the LLM's prefix cache."""
+        if budget_tokens is None or _most_tokens(messages) <= budget_tokens:
+            return messages
+        dropped = await excess(messages)
+        if not dropped:
+            return messages
+        system = messages[:1] if messages[0]["role"] == "system" else []
+        self._forget_oldest(dropped)
+        return system + messages[len(system) + dropped :]
+
+    def _forget_oldest(self, messages: int) -> None:
+        """Drop the oldest items that made the first ``messages`` prompt messages (the items
+        without a message before and among them go too)."""
         while messages > 0 and self._items:
             messages -= self._items.pop(0).prompted
-
-    def find(self, item_id: str) -> Item | None:
-        return next((item for item in self._items if item.id == item_id), None)
 
 
 async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMessage]:
@@ -210,21 +108,17 @@ async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMe
     When the newest item is an utterance that could not be transcribed there is nothing to
     answer: a ``StageFailure``, never an answer to the turn before it.
     """
-    pending = [i.transcribed for i in items if i.transcribed is not None and not i.transcribed.done()]
+    pending = [i.transcribed for i in items if isinstance(i, UserAudio) and not i.transcribed.done()]
     if pending:
         await asyncio.gather(*pending)
-    if items and items[-1].transcription_failed:
+    if items and isinstance(items[-1], UserAudio) and items[-1].transcription_failed:
         raise StageFailure("transcription_failed", "the question's audio could not be transcribed")
     messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []
-    messages += [chat_message(item) for item in items if item.prompted]
+    messages += [item.chat_message() for item in items if item.prompted]
     return messages
 
 
-def chat_message(item: Item) -> ChatMessage:
-    """One item as an OpenAI chat message (what chat templates render)."""
-    if item.type == "function_call":
-        call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.text}}
-        return {"role": "assistant", "content": "", "tool_calls": [call]}
-    if item.type == "function_call_output":
-        return {"role": "tool", "tool_call_id": item.call_id, "content": item.text}
-    return {"role": item.role, "content": item.text}
+def _most_tokens(messages: list[ChatMessage]) -> int:
+    """More tokens than ``messages`` can take in any byte-level tokenizer (each byte at most a
+    token, plus the chat template's markup), so below the budget no count is needed."""
+    return 64 + sum(16 + len(json.dumps(m).encode()) for m in messages)

@@ -1,11 +1,15 @@
 """The session's outgoing events: one ordered queue, the discard rule, held speculative output.
 
-What is dropped is decided here, by event type, and nowhere else. A response's *output*
-(its audio and transcript deltas: the stream content, pipecat's data frames) is dropped
-once that response is cancelled, whether it is still queued or comes later. Every other
-event is *control* (lifecycle, errors, VAD and conversation events: pipecat's system
-frames) and always goes out, in order. Output is tagged with its response's id, so
-cancelling response B never drops anything of an earlier response A.
+What is dropped is decided here, by event type, and nowhere else: every server event type
+of the protocol is declared either *output* (``DROPPED_ON_CANCEL``: a response's streamed
+content, its ``*.delta`` events, pipecat's data frames) or *control* (``KEPT_ON_CANCEL``:
+lifecycle, errors, VAD and conversation events, pipecat's system frames). Output is dropped
+once its response is cancelled, whether it is still queued or comes later; control always
+goes out, in order. Output is tagged with its response's id, so cancelling response B never
+drops anything of an earlier response A.
+
+What was *sent* is reported per event (``put``'s ``on_sent``), so a response counts the
+audio and text the client got, not what was queued: a cancel keeps exactly those words.
 
 Putting never blocks, so no task can hang on a full queue after a cancel (review D1); a
 producer of output awaits :meth:`Outbox.room` before adding more, which bounds the queue
@@ -18,18 +22,82 @@ A speculative response (started in the pause before the turn is known to have en
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import get_args
 
 from openai import BaseModel as OpenAIModel
-from openai.types.realtime import ResponseAudioDeltaEvent, ResponseAudioTranscriptDeltaEvent
+from openai.types import realtime as events
+from openai.types.realtime import realtime_server_event as more_events
 
 from deployments.realtime.protocol import encode
 
-RESPONSE_OUTPUT: tuple[type[OpenAIModel], ...] = (ResponseAudioDeltaEvent, ResponseAudioTranscriptDeltaEvent)
-"""The event types that are a response's output; all others are control."""
+SERVER_EVENT_TYPES: frozenset[type] = frozenset(get_args(get_args(events.RealtimeServerEvent)[0]))
+"""Every server event type of the protocol, from the SDK's union."""
+
+_OUTPUT: tuple[type, ...] = (
+    events.ResponseAudioDeltaEvent,
+    events.ResponseAudioTranscriptDeltaEvent,
+    events.ResponseTextDeltaEvent,
+    events.ResponseFunctionCallArgumentsDeltaEvent,
+    events.ResponseMcpCallArgumentsDelta,
+)
+DROPPED_ON_CANCEL: frozenset[type] = frozenset(_OUTPUT)
+"""A response's streamed content (its ``*.delta`` events): a cancelled response's are never
+sent, and what it reports (``response.done``, the item's text) is what was sent before."""
+
+KEPT_ON_CANCEL: frozenset[type] = frozenset[type](
+    {
+        events.ConversationCreatedEvent,
+        events.ConversationItemCreatedEvent,
+        events.ConversationItemAdded,
+        events.ConversationItemDone,
+        events.ConversationItemDeletedEvent,
+        events.ConversationItemTruncatedEvent,
+        more_events.ConversationItemRetrieved,
+        events.ConversationItemInputAudioTranscriptionDeltaEvent,
+        events.ConversationItemInputAudioTranscriptionCompletedEvent,
+        events.ConversationItemInputAudioTranscriptionFailedEvent,
+        events.ConversationItemInputAudioTranscriptionSegment,
+        events.RealtimeErrorEvent,
+        events.InputAudioBufferClearedEvent,
+        events.InputAudioBufferCommittedEvent,
+        events.InputAudioBufferDtmfEventReceivedEvent,
+        events.InputAudioBufferSpeechStartedEvent,
+        events.InputAudioBufferSpeechStoppedEvent,
+        events.InputAudioBufferTimeoutTriggered,
+        more_events.OutputAudioBufferStarted,
+        more_events.OutputAudioBufferStopped,
+        more_events.OutputAudioBufferCleared,
+        events.RateLimitsUpdatedEvent,
+        events.SessionCreatedEvent,
+        events.SessionUpdatedEvent,
+        events.ResponseCreatedEvent,
+        events.ResponseDoneEvent,
+        events.ResponseOutputItemAddedEvent,
+        events.ResponseOutputItemDoneEvent,
+        events.ResponseContentPartAddedEvent,
+        events.ResponseContentPartDoneEvent,
+        events.ResponseAudioDoneEvent,
+        events.ResponseAudioTranscriptDoneEvent,
+        events.ResponseTextDoneEvent,
+        events.ResponseFunctionCallArgumentsDoneEvent,
+        events.ResponseMcpCallArgumentsDone,
+        events.ResponseMcpCallInProgress,
+        events.ResponseMcpCallCompleted,
+        events.ResponseMcpCallFailed,
+        events.McpListToolsInProgress,
+        events.McpListToolsCompleted,
+        events.McpListToolsFailed,
+    }
+)
+"""Control: always sent, in order. The user's transcript deltas are the user's words, not
+the response's, and a cancelled response still ends (``*.done``, ``response.done``)."""
+
+Sent = Callable[[], None]
+_Entry = tuple[str | None, OpenAIModel, Sent | None]
 
 
 def is_output(event: OpenAIModel) -> bool:
-    return isinstance(event, RESPONSE_OUTPUT)
+    return type(event) in DROPPED_ON_CANCEL
 
 
 class Outbox:
@@ -44,22 +112,23 @@ class Outbox:
         self._capacity = capacity
         self._on_sent = on_sent
         self._on_dropped = on_dropped
-        self._queue: deque[tuple[str | None, OpenAIModel]] = deque()
+        self._queue: deque[_Entry] = deque()
         self._queued = asyncio.Event()
         self._room = asyncio.Event()
-        self._held: dict[str, list[OpenAIModel]] = {}
+        self._held: dict[str, list[_Entry]] = {}
         self._cancelled: set[str] = set()
 
-    def put(self, event: OpenAIModel, response_id: str | None = None) -> None:
-        """Queue ``event`` (of response ``response_id``, if any); never blocks."""
+    def put(self, event: OpenAIModel, response_id: str | None = None, on_sent: Sent | None = None) -> None:
+        """Queue ``event`` (of response ``response_id``, if any); never blocks. ``on_sent``
+        is called once the event has gone to the socket (never, if it is dropped)."""
         if response_id is not None:
             if response_id in self._cancelled and is_output(event):
                 self._on_dropped(event)
                 return
             if response_id in self._held:
-                self._held[response_id].append(event)
+                self._held[response_id].append((response_id, event, on_sent))
                 return
-        self._queue.append((response_id, event))
+        self._queue.append((response_id, event, on_sent))
         self._queued.set()
 
     async def room(self, response_id: str) -> None:
@@ -72,10 +141,14 @@ class Outbox:
         """Keep back every event of ``response_id`` until :meth:`release` or :meth:`cancel`."""
         self._held[response_id] = []
 
+    def holds(self, response_id: str) -> bool:
+        """Whether ``response_id`` is held: the client has seen nothing of it."""
+        return response_id in self._held
+
     def release(self, response_id: str) -> None:
         """The held response is shown: its events go out in order, later ones directly."""
-        for event in self._held.pop(response_id, []):
-            self.put(event, response_id)
+        for _, event, on_sent in self._held.pop(response_id, []):
+            self.put(event, response_id, on_sent)
         self._room.set()
 
     def cancel(self, response_id: str) -> None:
@@ -84,7 +157,7 @@ class Outbox:
         if self._held.pop(response_id, None) is not None:
             return
         self._cancelled.add(response_id)
-        kept: deque[tuple[str | None, OpenAIModel]] = deque()
+        kept: deque[_Entry] = deque()
         for entry in self._queue:
             if entry[0] == response_id and is_output(entry[1]):
                 self._on_dropped(entry[1])
@@ -103,7 +176,9 @@ class Outbox:
             while not self._queue:
                 self._queued.clear()
                 await self._queued.wait()
-            _, event = self._queue.popleft()
+            _, event, on_sent = self._queue.popleft()
             self._room.set()
             await self._send_text(encode(event))
             self._on_sent(event)
+            if on_sent is not None:
+                on_sent()

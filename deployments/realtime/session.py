@@ -17,9 +17,8 @@ and the session goes on; only a client that keeps going over limits is closed (1
 import asyncio
 import contextlib
 import logging
-import math
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
@@ -49,7 +48,8 @@ from starlette.websockets import WebSocketState
 from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
-from deployments.realtime.conversation import Conversation, Item, prompt, wire_item
+from deployments.realtime.conversation import Conversation, prompt
+from deployments.realtime.items import MIN_AUDIO_MS, Item, client_audio, from_client, is_user_audio
 from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import (
@@ -65,16 +65,17 @@ from deployments.realtime.protocol import (
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import BoundedStages, Stages
+from deployments.realtime.supervision import Supervisor
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turns import TurnTaker
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode, pcm16_to_float, resample
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode
 
 logger = logging.getLogger(__name__)
 
-MIN_COMMIT_MS = 100
 FAILURE_REPORT_TIMEOUT_S = 1.0
 
-Handler = Callable[[Any], Awaitable[None]]
+E = TypeVar("E", bound=OpenAIModel)
+Handler = Callable[[E], Awaitable[None]]
 
 
 class ClientLeft(Exception):
@@ -96,9 +97,14 @@ class RealtimeSession:
         self.id = new_id("sess")
         self._ws = websocket
         stages = BoundedStages(stages, config.stage_timeout_s)
-        self._tasks: asyncio.TaskGroup | None = None
+        self._supervisor = Supervisor(self.id)
+        spawn = self._supervisor.spawn
         self._settings = SessionSettings(
-            model_name, config.instructions, config.turn_detection, config.turn_detection, config.max_item_chars
+            model_name=model_name,
+            instructions=config.instructions,
+            defaults=config.turn_detection,
+            turn_detection=config.turn_detection,
+            max_instructions_chars=config.max_item_chars,
         )
         self._outbox = Outbox(self._send, config.outgoing_events, metrics.sent, metrics.dropped)
         self._conversation = Conversation(config.history_items)
@@ -106,37 +112,37 @@ class RealtimeSession:
         self._max_item_chars = config.max_item_chars
         self._max_input_audio_s = config.max_input_audio_s
         self._audio = AudioInput(
-            stages.detect,
-            config.turn_detection,
-            config.turn_detection,
-            config.max_input_audio_s,
-            config.limits.max_queued_audio_s,
-            self._vad_failed,
+            detect=stages.detect,
+            turn_detection=config.turn_detection,
+            defaults=config.turn_detection,
+            max_input_audio_s=config.max_input_audio_s,
+            max_queued_audio_s=config.limits.max_queued_audio_s,
+            on_vad_failure=self._vad_failed,
         )
         self._responder = Responder(
-            stages,
-            scope,
-            self._outbox,
-            self._conversation,
-            ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
-            self._settings,
-            metrics,
-            self._spawn,
+            stages=stages,
+            scope=scope,
+            outbox=self._outbox,
+            conversation=self._conversation,
+            settings=ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
+            session=self._settings,
+            metrics=metrics,
+            spawn=spawn,
         )
         self._turns = TurnTaker(
-            self._audio,
-            stages,
-            self._conversation,
-            self._responder,
-            self._outbox,
-            self._settings,
-            metrics,
-            self._spawn,
-            config.prefill_while_listening,
-            config.partial_transcript_interval_s,
+            audio=self._audio,
+            stages=stages,
+            conversation=self._conversation,
+            responder=self._responder,
+            outbox=self._outbox,
+            settings=self._settings,
+            metrics=metrics,
+            spawn=spawn,
+            partial_transcript_interval_s=config.partial_transcript_interval_s,
+            prefill=config.prefill_while_listening,
         )
         self._metrics = metrics
-        self._handlers: dict[type[OpenAIModel], Handler] = {
+        self._handlers: dict[type[OpenAIModel], Handler[Any]] = {
             SessionUpdateEvent: self._on_session_update,
             InputAudioBufferAppendEvent: self._on_input_audio_buffer_append,
             InputAudioBufferCommitEvent: self._on_input_audio_buffer_commit,
@@ -155,10 +161,7 @@ class RealtimeSession:
         """Serve the socket until the client leaves, the server closes it or a part fails."""
         self._outbox.put(server_event(SessionCreatedEvent, session=self._settings.describe()))
         try:
-            async with asyncio.TaskGroup() as tasks:
-                self._tasks = tasks
-                for loop in (self._receive(), self._outbox.run(), self._audio.run(), self._turns.run()):
-                    tasks.create_task(loop)
+            await self._supervisor.run(self._receive(), self._outbox.run(), self._audio.run(), self._turns.run())
         except* ClientLeft:
             pass
         except* TooManyViolations as group:
@@ -169,7 +172,6 @@ class RealtimeSession:
             error = ProtocolError("session_failed", "the server failed this session; please reconnect")
             await self._close_with(error_event(error, "server_error"), CLOSE_INTERNAL_ERROR)
         finally:
-            self._tasks = None
             self._responder.cancel(None)
             self._turns.reset()
 
@@ -178,13 +180,6 @@ class RealtimeSession:
         self._responder.cancel(None)
         with contextlib.suppress(RuntimeError):  # already closed by the client
             await self._ws.close(code=code, reason=reason)
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
-        """Start a task under the session's supervision (it fails the session if it fails)."""
-        if self._tasks is None:
-            coroutine.close()
-            raise RuntimeError(f"session {self.id} is not running")
-        return self._tasks.create_task(coroutine)
 
     async def _close_with(self, error: RealtimeErrorEvent, code: int) -> None:
         """Tell the client why, then close (straight to the socket: the send loop is gone)."""
@@ -259,12 +254,12 @@ class RealtimeSession:
 
     async def _on_input_audio_buffer_commit(self, event: InputAudioBufferCommitEvent) -> None:
         utterance = await self._audio.commit()
-        if len(utterance) < SPEECH_RATE * MIN_COMMIT_MS // 1000:
+        if len(utterance) < SPEECH_RATE * MIN_AUDIO_MS // 1000:
             raise ProtocolError(
-                "input_audio_buffer_commit_empty", f"buffer too small: expected at least {MIN_COMMIT_MS}ms of audio"
+                "input_audio_buffer_commit_empty", f"buffer too small: expected at least {MIN_AUDIO_MS}ms of audio"
             )
         self._turns.reset()
-        self._turns.commit(utterance, new_id("item"))
+        self._turns.transcription.commit(utterance, new_id("item"))
 
     async def _on_input_audio_buffer_clear(self, event: InputAudioBufferClearEvent) -> None:
         await self._audio.clear()
@@ -275,32 +270,17 @@ class RealtimeSession:
         item = event.item
         if item.id is not None and self._conversation.find(item.id) is not None:
             raise ProtocolError("invalid_value", f"the conversation already has an item {item.id[:64]!r}", "item.id")
-        if item.type == "message" and [part.type for part in item.content] == ["input_audio"] and item.role == "user":
-            await self._create_audio_item(item.id or new_id("item"), item.content[0].audio, event.previous_item_id)
+        if is_user_audio(item):
+            utterance = client_audio(item, self._max_input_audio_s, "item")
+            try:
+                self._turns.transcription.add(utterance, item.id or new_id("item"), event.previous_item_id)
+            except KeyError:
+                raise _unknown_item(event.previous_item_id, "previous_item_id") from None
             return
-        added = self._client_item(item, "item")
+        added = from_client(item, self._max_item_chars, "item")
         previous = self._add(added, event.previous_item_id)
-        self._outbox.put(server_event(ConversationItemAdded, item=wire_item(added), previous_item_id=previous))
-        self._outbox.put(server_event(ConversationItemDone, item=wire_item(added), previous_item_id=previous))
-
-    async def _create_audio_item(self, item_id: str, audio: str | None, after: str | None) -> None:
-        """A user's recorded audio, added as an item and transcribed as speech is."""
-        try:
-            pcm = b64_pcm16_decode(audio or "")
-        except ValueError as exc:
-            raise ProtocolError("invalid_value", str(exc), "item.content.audio") from None
-        seconds = len(pcm) / (2 * REALTIME_RATE)
-        if not MIN_COMMIT_MS / 1000 <= seconds <= self._max_input_audio_s:
-            raise ProtocolError(
-                "invalid_value",
-                f"input_audio must be {MIN_COMMIT_MS} ms to {self._max_input_audio_s:g} s long",
-                "item.content.audio",
-            )
-        utterance = resample(pcm16_to_float(pcm), REALTIME_RATE, SPEECH_RATE)
-        try:
-            self._turns.add_audio_item(utterance, item_id, after)
-        except KeyError:
-            raise _unknown_item(after, "previous_item_id") from None
+        self._outbox.put(server_event(ConversationItemAdded, item=added.wire(), previous_item_id=previous))
+        self._outbox.put(server_event(ConversationItemDone, item=added.wire(), previous_item_id=previous))
 
     def _add(self, item: Item, after: str | None) -> str | None:
         try:
@@ -312,7 +292,7 @@ class RealtimeSession:
         item = self._conversation.find(event.item_id)
         if item is None:
             raise _unknown_item(event.item_id, "item_id")
-        self._outbox.put(server_event(ConversationItemRetrieved, item=wire_item(item)))
+        self._outbox.put(server_event(ConversationItemRetrieved, item=item.wire()))
 
     async def _on_conversation_item_delete(self, event: ConversationItemDeleteEvent) -> None:
         if not self._conversation.delete(event.item_id):
@@ -320,21 +300,11 @@ class RealtimeSession:
         self._outbox.put(server_event(ConversationItemDeletedEvent, item_id=event.item_id))
 
     async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
-        item = self._conversation.find(event.item_id)
-        if item is None or item.role != "assistant" or item.type != "message":
-            raise ProtocolError("invalid_value", f"no assistant message {event.item_id[:64]!r}", "item_id")
-        if event.content_index != 0:
-            raise ProtocolError("invalid_value", "content_index must be 0 (an item has one part)", "content_index")
-        if not item.spoken_aloud:
-            raise ProtocolError("invalid_value", f"item {item.id!r} is a text answer: it has no audio", "item_id")
-        if event.audio_end_ms < 0:
-            raise ProtocolError("invalid_value", "audio_end_ms must not be negative", "audio_end_ms")
-        # A client counts what it received, rounded as it likes: past the audio sent means
-        # all of it was heard, never an error.
-        audio_end_ms = min(event.audio_end_ms, math.floor(item.audio_ms))
-        item.heard_until(event.audio_end_ms)
+        audio_end_ms = self._conversation.truncate(event.item_id, event.content_index, event.audio_end_ms)
         self._outbox.put(
-            server_event(ConversationItemTruncatedEvent, item_id=item.id, content_index=0, audio_end_ms=audio_end_ms)
+            server_event(
+                ConversationItemTruncatedEvent, item_id=event.item_id, content_index=0, audio_end_ms=audio_end_ms
+            )
         )
 
     async def _on_response_create(self, event: ResponseCreateEvent) -> None:
@@ -344,43 +314,13 @@ class RealtimeSession:
         options = self._settings.response_options(asked)
         items = self._conversation.items
         if asked is not None and asked.input is not None:  # a context of its own for this answer
-            items = tuple(self._client_item(item, f"response.input[{i}]") for i, item in enumerate(asked.input))
+            items = tuple(
+                from_client(item, self._max_item_chars, f"response.input[{i}]") for i, item in enumerate(asked.input)
+            )
         self._metrics.turn_ended()
         timeline = Timeline()
         timeline.mark("requested")
-        self._responder.start(prompt(items, options.instructions), timeline, options=options)
-
-    def _client_item(self, item: Any, param: str) -> Item:
-        """A client's text message, function call or function result as an item."""
-        item_id = item.id or new_id("item")
-        if item.type == "message":
-            return Item(item_id, item.role, self._message_text(item, param))
-        if item.type == "function_call":
-            arguments = self._within_limit(item.arguments or "{}", f"{param}.arguments")
-            return Item(item_id, "assistant", arguments, "function_call", item.call_id or new_id("call"), item.name)
-        if item.type == "function_call_output":
-            output = self._within_limit(item.output, f"{param}.output")
-            return Item(item_id, "user", output, "function_call_output", item.call_id)
-        raise ProtocolError("unsupported_value", f"{item.type} items are not supported", f"{param}.type")
-
-    def _within_limit(self, text: str, param: str) -> str:
-        if len(text) > self._max_item_chars:
-            raise ProtocolError(
-                "invalid_value",
-                f"item text of {len(text)} characters is over this server's limit of {self._max_item_chars}",
-                param,
-            )
-        return text
-
-    def _message_text(self, item: Any, param: str) -> str:
-        """The text of a message item's parts, within ``max_item_chars``."""
-        if not {part.type for part in item.content} <= {"input_text", "text", "output_text"}:
-            raise ProtocolError(
-                "unsupported_value", "an item holds text parts, or one input_audio part of a user", f"{param}.content"
-            )
-        return self._within_limit(
-            " ".join(getattr(part, "text", None) or "" for part in item.content), f"{param}.content"
-        )
+        self._responder.answer(prompt(items, options.instructions), timeline, options)
 
     async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
         if not self._responder.cancel("client_cancelled"):

@@ -44,7 +44,7 @@ class ResponseOptions:
     """Functions the answer may call (``None``: none, or ``tool_choice: "none"``)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SessionSettings:
     model_name: str
     instructions: str | None

@@ -1,7 +1,7 @@
 """The four model stages as the session calls them.
 
-The session code sees only these small protocols; :class:`ServeStages` implements them
-with Serve deployment handles, and tests implement them with coroutines and async
+The session code sees only these small protocols; ``serve_stages.ServeStages`` implements
+them with Serve deployment handles, and tests implement them with coroutines and async
 generators they control, so the session logic runs without Ray or models.
 :class:`BoundedStages` puts a time bound on every wait for a stage and turns each failure
 into a :class:`StageFailure` that says, in our words, which stage failed.
@@ -10,42 +10,18 @@ into a :class:`StageFailure` that says, in our words, which stage failed.
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Generator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
-from ray.serve.handle import DeploymentHandle
 
 from deployments.messages import LLMRequest, TTSRequest
-from deployments.voice_activity import VADBatcher
+from deployments.realtime.failures import StageFailure, StageName
 from handlers.llm import ChatMessage
+from handlers.tools import LLMOutput
 from handlers.vad import VADEvent, VADState
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
-StageName = Literal["vad", "stt", "llm", "tts"]
-_STAGE_WORDS: dict[StageName, str] = {
-    "vad": "voice activity detection",
-    "stt": "speech recognition",
-    "llm": "the language model",
-    "tts": "speech synthesis",
-}
-
-
-class StageFailure(Exception):
-    """A stage failed or did not answer in time: ``code`` and ``message`` are for the client
-    (never a replica's internals: those go to the log, as the ``__cause__``)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-    @classmethod
-    def timed_out(cls, stage: StageName, timeout_s: float) -> "StageFailure":
-        return cls(f"{stage}_timeout", f"{_STAGE_WORDS[stage]} did not answer within {timeout_s:g} s")
-
-    @classmethod
-    def failed(cls, stage: StageName) -> "StageFailure":
-        return cls(f"{stage}_failed", f"{_STAGE_WORDS[stage]} failed")
 
 
 class StageCall(Protocol[T_co]):
@@ -77,38 +53,9 @@ class Stages(Protocol):
         LLM's context with room for the answer (``LanguageModel.fit``)."""
         ...
 
-    def generate(self, request: LLMRequest) -> StageStream[str]: ...
+    def generate(self, request: LLMRequest) -> StageStream[LLMOutput]: ...
 
     def synthesize(self, request: TTSRequest) -> StageStream[bytes]: ...
-
-
-@dataclass(frozen=True)
-class ServeStages:
-    """The stages as the model deployments' handles, and VAD as the ingress replica's
-    batcher (which runs the detector in the ingress or on the VAD deployment)."""
-
-    vad: VADBatcher
-    stt: DeploymentHandle
-    llm: DeploymentHandle
-    tts: DeploymentHandle
-
-    def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
-        return self.vad.detect(state, audio)
-
-    def transcribe(self, audio: np.ndarray) -> StageCall[str]:
-        return self.stt.transcribe.remote(audio)  # type: ignore[no-any-return]
-
-    def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
-        return self.llm.prefill.remote(messages)  # type: ignore[no-any-return]
-
-    def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
-        return self.llm.fit.remote(messages)  # type: ignore[no-any-return]
-
-    def generate(self, request: LLMRequest) -> StageStream[str]:
-        return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]
-
-    def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
-        return self.tts.options(stream=True).synthesize.remote(request)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -132,7 +79,7 @@ class BoundedStages:
     def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
         return _bounded(self.stages.fit(messages), "llm", self.timeout_s)
 
-    def generate(self, request: LLMRequest) -> StageStream[str]:
+    def generate(self, request: LLMRequest) -> StageStream[LLMOutput]:
         return _BoundedStream(self.stages.generate(request), "llm", self.timeout_s)
 
     def synthesize(self, request: TTSRequest) -> StageStream[bytes]:

@@ -19,7 +19,7 @@ from cancel import CancelScope, ScopeTicket
 from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
-from deployments.realtime import RealtimeSession
+from deployments.realtime.session import RealtimeSession
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import EnergyVoiceDetector, question_tone
 from handlers.vad import VADEvent, VADState

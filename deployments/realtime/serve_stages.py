@@ -1,0 +1,47 @@
+"""The stages as Serve deployment handles: the one module of the session that needs Ray.
+
+VAD is the ingress replica's batcher (``deployments.voice_activity``), which runs the
+detector in the ingress or sends one batched call per tick to the VAD deployment.
+"""
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+
+import numpy as np
+from ray.serve.handle import DeploymentHandle
+
+from deployments.messages import LLMRequest, TTSRequest
+from deployments.realtime.stages import StageCall, StageStream
+from deployments.voice_activity import VADBatcher
+from handlers.llm import ChatMessage
+from handlers.tools import LLMOutput
+from handlers.vad import VADEvent, VADState
+
+
+@dataclass(frozen=True)
+class ServeStages:
+    """The stages as the model deployments' handles, and VAD as the ingress replica's
+    batcher (which runs the detector in the ingress or on the VAD deployment)."""
+
+    vad: VADBatcher
+    stt: DeploymentHandle
+    llm: DeploymentHandle
+    tts: DeploymentHandle
+
+    def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
+        return self.vad.detect(state, audio)
+
+    def transcribe(self, audio: np.ndarray) -> StageCall[str]:
+        return self.stt.transcribe.remote(audio)  # type: ignore[no-any-return]
+
+    def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
+        return self.llm.prefill.remote(messages)  # type: ignore[no-any-return]
+
+    def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
+        return self.llm.fit.remote(messages)  # type: ignore[no-any-return]
+
+    def generate(self, request: LLMRequest) -> StageStream[LLMOutput]:
+        return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]
+
+    def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
+        return self.tts.options(stream=True).synthesize.remote(request)  # type: ignore[return-value]
