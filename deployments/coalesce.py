@@ -39,7 +39,10 @@ def _joined(first: LLMOutput, then: LLMOutput) -> LLMOutput | None:
     """One output saying both, where there is one."""
     if isinstance(first, str) and isinstance(then, str):
         return first + then
-    if isinstance(first, FunctionCallArguments) and isinstance(then, FunctionCallArguments):
-        if first.index == then.index:
-            return FunctionCallArguments(first.index, first.delta + then.delta)
+    if (
+        isinstance(first, FunctionCallArguments)
+        and isinstance(then, FunctionCallArguments)
+        and first.index == then.index
+    ):
+        return FunctionCallArguments(first.index, first.delta + then.delta)
     return None

@@ -23,6 +23,7 @@ merely the ingress.
 """
 
 import argparse
+import contextlib
 import importlib
 import os
 import signal
@@ -147,10 +148,8 @@ class HAProxyRun:
         """Have the reaper kill them now, and wait (up to ``timeout_s``) until it has: the
         port is free then."""
         os.close(self._pipe)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.reaper.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 REAPER = """\

@@ -71,15 +71,13 @@ class Speaker:
         silence = bytes(frame)
         speech = self.speech(text)
         started = time.perf_counter()
-        sent = 0
         frames = [silence] * 5 + [speech[o : o + frame] for o in range(0, len(speech), frame)]
         speech_end = None
         for index, chunk in enumerate(frames + [silence] * int(trailing_silence_s * 1000 / FRAME_MS)):
             if index == len(frames):
                 speech_end = time.perf_counter()
             await connection.input_audio_buffer.append(audio=base64.b64encode(chunk).decode())
-            sent += 1
-            await asyncio.sleep(max(0.0, started + sent * FRAME_MS / 1000 - time.perf_counter()))
+            await asyncio.sleep(max(0.0, started + (index + 1) * FRAME_MS / 1000 - time.perf_counter()))
         assert speech_end is not None
         return speech_end
 

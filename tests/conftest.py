@@ -70,3 +70,12 @@ def speak(tts: TextToSpeech) -> Callable[..., np.ndarray]:
         return np.concatenate([pad, speech, pad])
 
     return _speak
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A warning fails a fast test: they run only our code and libraries that allow it (the
+    slow ones drive Ray, vLLM and the frameworks, whose own warnings are not ours to fix)."""
+    for item in items:
+        if item.get_closest_marker("fast") is not None:
+            item.add_marker(pytest.mark.filterwarnings("error"))

@@ -31,7 +31,8 @@ from typing import TypeVar, cast
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from deployments.realtime.stages import StageFailure, StageStream
+from deployments.realtime.failures import StageFailure
+from deployments.realtime.stages import StageStream
 
 logger = logging.getLogger(__name__)
 

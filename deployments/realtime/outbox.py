@@ -178,7 +178,7 @@ class Outbox:
                 await self._queued.wait()
             _, event, on_sent = self._queue.popleft()
             self._room.set()
+            if on_sent is not None:  # on its way: no cancel can stop it reaching the client now
+                on_sent()
             await self._send_text(encode(event))
             self._on_sent(event)
-            if on_sent is not None:
-                on_sent()

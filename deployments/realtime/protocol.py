@@ -32,7 +32,8 @@ AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
 @functools.cache
 def _event_type(model: type[OpenAIModel]) -> str:
     """The literal ``type`` an event model declares (cached: it is read per audio delta)."""
-    return get_args(model.model_fields["type"].annotation)[0]
+    event_type: str = get_args(model.model_fields["type"].annotation)[0]
+    return event_type
 
 
 _CLIENT_EVENT_TYPES: dict[str, type[OpenAIModel]] = {

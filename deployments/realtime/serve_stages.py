@@ -6,6 +6,7 @@ detector in the ingress or sends one batched call per tick to the VAD deployment
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from ray.serve.handle import DeploymentHandle
@@ -24,21 +25,21 @@ class ServeStages:
     batcher (which runs the detector in the ingress or on the VAD deployment)."""
 
     vad: VADBatcher
-    stt: DeploymentHandle
-    llm: DeploymentHandle
-    tts: DeploymentHandle
+    stt: DeploymentHandle[Any]
+    llm: DeploymentHandle[Any]
+    tts: DeploymentHandle[Any]
 
     def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
         return self.vad.detect(state, audio)
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]:
-        return self.stt.transcribe.remote(audio)  # type: ignore[no-any-return]
+        return self.stt.transcribe.remote(audio)
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
-        return self.llm.prefill.remote(messages)  # type: ignore[no-any-return]
+        return self.llm.prefill.remote(messages)
 
     def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
-        return self.llm.fit.remote(messages)  # type: ignore[no-any-return]
+        return self.llm.fit.remote(messages)
 
     def generate(self, request: LLMRequest) -> StageStream[LLMOutput]:
         return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]

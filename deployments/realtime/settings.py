@@ -183,7 +183,7 @@ class SessionSettings:
             return None
         reactions = {"create_response": self.create_response, "interrupt_response": self.interrupt_response}
         if self.eagerness is not None:
-            return SemanticVad(type="semantic_vad", eagerness=self.eagerness, **reactions)  # type: ignore[arg-type]
+            return SemanticVad(type="semantic_vad", eagerness=self.eagerness, **reactions)
         return ServerVad(
             type="server_vad",
             threshold=turn.threshold,
@@ -257,7 +257,7 @@ def tool_use(tools: list[FunctionSpec], choice: str | FunctionSpec) -> ToolUse |
     """What the LLM is told of the tools (``None``: it may call none)."""
     if not tools or choice == "none":
         return None
-    return ToolUse(functions=tools, choice=choice)  # type: ignore[arg-type]
+    return ToolUse(functions=tools, choice=choice)
 
 
 def describe_tool_choice(choice: str | FunctionSpec) -> Any:

@@ -18,6 +18,8 @@ class Supervisor:
     def __init__(self, name: str) -> None:
         self._name = name
         self._tasks: asyncio.TaskGroup | None = None
+        self.running = asyncio.Event()
+        """Set while tasks may be spawned."""
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
         if self._tasks is None:
@@ -31,7 +33,9 @@ class Supervisor:
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
+                self.running.set()
                 for loop in loops:
                     tasks.create_task(loop)
         finally:
             self._tasks = None
+            self.running.clear()

@@ -1,7 +1,12 @@
 """Every rule of the single-process CancelScope (upstream speech-to-speech semantics)."""
 
+import pytest
+
 from cancel import CancelScope
 from cancel.scope import GENERATION_MASK
+
+pytestmark = pytest.mark.fast
+"""No Ray cluster and no model: part of ``make test-fast``."""
 
 
 def test_starts_fresh() -> None:

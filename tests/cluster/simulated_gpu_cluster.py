@@ -105,18 +105,18 @@ class Placements:
 
     async def rows(self) -> list[dict[str, Any]]:
         running = serve.status().applications[APP].deployments
-        rows = []
+        rows: list[dict[str, Any]] = []
         for deployment in DEPLOYMENTS:
             expected = running[deployment].replica_states.get("RUNNING", 0)
-            for seen in await self._reports(deployment, expected):
-                rows.append(
-                    {
-                        "deployment": seen.deployment,
-                        "replica": seen.replica,
-                        "node": self._names.get(seen.node_id, seen.node_id),
-                        "gpu_ids": seen.gpu_ids,
-                    }
-                )
+            rows += [
+                {
+                    "deployment": seen.deployment,
+                    "replica": seen.replica,
+                    "node": self._names.get(seen.node_id, seen.node_id),
+                    "gpu_ids": seen.gpu_ids,
+                }
+                for seen in await self._reports(deployment, expected)
+            ]
         return rows
 
     @staticmethod

@@ -6,6 +6,7 @@ once their manager actor is gone (docs/haproxy.md); even a launcher killed outri
 none of them."""
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -180,9 +181,7 @@ def kill_all(launcher: subprocess.Popen[str], processes: list[psutil.Process], d
     if launcher.poll() is None:
         os.killpg(launcher.pid, signal.SIGKILL)
     for process in processes:  # the launcher's reaper among them, if a test failed early
-        try:
+        with contextlib.suppress(psutil.Error):
             process.kill()
-        except psutil.Error:
-            pass
     for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)

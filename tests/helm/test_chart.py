@@ -23,6 +23,9 @@ CRD = ROOT / "helm" / "crds" / "ray.io_rayservices.yaml"
 sys.path.insert(0, str(ROOT / "helm"))
 from values_schema import SCHEMA, values_schema  # noqa: E402
 
+pytestmark = pytest.mark.fast
+"""No Ray cluster and no model: part of ``make test-fast``."""
+
 CPU_GROUP = {
     "name": "cpu",
     "replicas": 1,
@@ -120,7 +123,7 @@ def test_default_values_serve_exactly_cluster_gpu_yaml() -> None:
 
 
 def test_values_schema_is_generated_from_the_app_config() -> None:
-    assert json.loads(SCHEMA.read_text()) == values_schema(), "run: python helm/values_schema.py"
+    assert json.loads(SCHEMA.read_text()) == values_schema(), "run: make chart-schema"
 
 
 def test_gpus_and_labels_match_between_pods_and_ray_and_fit_the_models() -> None:
@@ -152,12 +155,67 @@ def test_optional_parts_and_the_hub_token() -> None:
     ingress = manifests["s2s-serve/templates/ingress.yaml"]
     assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "voice-serve-svc"
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
-    assert manifests["s2s-serve/templates/servicemonitor.yaml"]["spec"]["endpoints"][0]["port"] == "metrics"
+    assert manifests["s2s-serve/templates/podmonitor.yaml"]["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     head = manifests["s2s-serve/templates/rayservice.yaml"]["spec"]["rayClusterConfig"]["headGroupSpec"]
     env = head["template"]["spec"]["containers"][0]["env"]
     assert env[0] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
     assert "HF_TOKEN" not in container_env(rayservice())["head"]
     assert set(render()) == {"s2s-serve/templates/rayservice.yaml"}  # both off by default
+
+
+def pod_labels(service: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each pod's labels as KubeRay sets them: the template's, ``ray.io/node-type`` and the
+    group's Ray labels (KubeRay keeps the template's, all but its own ``ray.io/*`` keys)."""
+    cluster = service["spec"]["rayClusterConfig"]
+    labels = {"head": cluster["headGroupSpec"]["template"]["metadata"]["labels"] | {"ray.io/node-type": "head"}}
+    for group in cluster["workerGroupSpecs"]:
+        template = group["template"]["metadata"]["labels"]
+        labels[group["groupName"]] = template | group.get("labels", {}) | {"ray.io/node-type": "worker"}
+    return labels
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (``matchLabels`` and ``In``/``NotIn``/``Exists`` expressions)."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        ok = {
+            "In": labels.get(key) in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[operator]
+        if not ok:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("values", [GPU_HEAVY, {"serviceMonitor": {"enabled": True}}], ids=["gpu-heavy", "default"])
+def test_metrics_are_scraped_on_the_worker_pods_where_the_ingress_runs(values: dict[str, Any]) -> None:
+    """The app's ray_s2s_* metrics come from the ingress, on the CPU workers: the monitor must
+    select every pod of the release, head and workers, on a declared ``metrics`` port."""
+    manifests = render(values)
+    monitor = manifests["s2s-serve/templates/podmonitor.yaml"]
+    assert monitor["kind"] == "PodMonitor"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["interval"] == "15s"
+    service = manifests["s2s-serve/templates/rayservice.yaml"]
+    cluster = service["spec"]["rayClusterConfig"]
+    labels = pod_labels(service)
+    assert len(labels) >= 3  # the head and at least two worker groups
+    for name, pod_label in labels.items():
+        assert selects(monitor["spec"]["selector"], pod_label), f"{name} pods are not scraped"
+    for pod in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        (container,) = pod["template"]["spec"]["containers"]
+        assert {"containerPort": 8080, "name": "metrics"} in container["ports"]
+    ingress_selector = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]["ingress"][
+        "deployment"
+    ]["label_selector"]
+    ingress_groups = [g for g in cluster["workerGroupSpecs"] if ingress_selector.items() <= g.get("labels", {}).items()]
+    assert ingress_groups and all(selects(monitor["spec"]["selector"], labels[g["groupName"]]) for g in ingress_groups)
+    other_release = labels["head"] | {"app.kubernetes.io/instance": "another"}
+    assert not selects(monitor["spec"]["selector"], other_release)
 
 
 def container_env(service: dict[str, Any]) -> dict[str, dict[str, str]]:

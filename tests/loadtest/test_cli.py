@@ -6,6 +6,9 @@ import pytest
 
 from loadtest.__main__ import main, parse_args
 
+pytestmark = pytest.mark.fast
+"""No Ray cluster and no model: part of ``make test-fast``."""
+
 URL = "ws://127.0.0.1:1/v1/realtime"
 
 

@@ -74,9 +74,12 @@ class FakeCall:
 class FakeStream:
     """A streaming call yielding ``items``, each after passing ``gate``."""
 
-    def __init__(self, items: list[Any], gate: Gate, streams: list["FakeStream"]) -> None:
+    def __init__(
+        self, items: list[Any], gate: Gate, streams: list["FakeStream"], changed: asyncio.Event | None = None
+    ) -> None:
         self.items = items
         self.gate = gate
+        self._changed = changed
         self.cancelled = False
         self.finished = False
         streams.append(self)
@@ -99,6 +102,8 @@ class FakeStream:
 
     def cancel(self) -> None:
         self.cancelled = True
+        if self._changed is not None:
+            self._changed.set()
 
 
 def spoken_ms(pcm: bytes) -> float:
@@ -139,6 +144,15 @@ class FakeStages:
         """Raised by the call itself (a bug in calling the stage)."""
         self.fail_transcribe_async = False
         """The call fails on its replica."""
+        self._changed = asyncio.Event()
+        """Set at every request and every cancel of a stream (what ``until`` waits on)."""
+
+    async def until(self, condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+        """Wait until ``condition`` holds, looking again after each request or cancel."""
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
 
     async def detect(self, state: VADState, audio: np.ndarray) -> tuple[VADState, list[VADEvent]]:
         self.vad_calls += 1
@@ -170,14 +184,16 @@ class FakeStages:
 
     def generate(self, request: LLMRequest) -> FakeStream:
         self.llm_requests.append(request)
+        self._changed.set()
         gate = self.session_llm_gates.get(request.ticket.session_id, self.llm_gate)
         answer = self.session_answers.get(request.ticket.session_id, self.answer)
-        return FakeStream(list(answer), gate, self.llm_streams)
+        return FakeStream(list(answer), gate, self.llm_streams, self._changed)
 
     def synthesize(self, request: TTSRequest) -> FakeStream:
         chunk = bytes(int(REALTIME_RATE * 2 * self.tts_chunk_ms / 1000))
         gate = self.session_tts_gates.get(request.ticket.session_id, self.tts_gate)
-        return FakeStream([chunk] * self.tts_chunks, gate, self.tts_streams)
+        self._changed.set()
+        return FakeStream([chunk] * self.tts_chunks, gate, self.tts_streams, self._changed)
 
     def live_streams(self) -> list[FakeStream]:
         return [s for s in self.llm_streams + self.tts_streams if not (s.cancelled or s.finished)]

@@ -281,7 +281,7 @@ async def test_silence_after_an_answer_has_played_prompts_a_response_when_idle_t
 
 
 async def test_the_growing_utterance_is_transcribed_while_the_user_speaks() -> None:
-    words = "What is the weather like in Paris today".split()
+    words = ["What", "is", "the", "weather", "like", "in", "Paris", "today"]
 
     def transcript_of(audio: np.ndarray) -> str:  # a word per 0.2 s of tone heard
         return " ".join(words[: max(1, min(len(words), int(len(audio) / SPEECH_RATE / 0.2)))]) + "."

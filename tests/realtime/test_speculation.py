@@ -1,0 +1,90 @@
+"""Held answers alone: a ``Speculator`` on fake stages and a list-backed outbox."""
+
+import asyncio
+
+import numpy as np
+from rig import Rig
+
+from deployments.realtime.conversation import prompt
+from deployments.realtime.items import UserAudio
+from deployments.realtime.speculation import Speculator
+from handlers.audio import SPEECH_RATE
+
+UTTERANCE = np.zeros(SPEECH_RATE, np.float32)
+END = len(UTTERANCE)
+
+
+def speculator(rig: Rig) -> Speculator:
+    return Speculator(
+        stages=rig.stages,
+        conversation=rig.conversation,
+        responder=rig.responder,
+        outbox=rig.outbox,
+        settings=rig.settings,
+        spawn=rig.supervisor.spawn,
+    )
+
+
+async def turn_ends(rig: Rig, speculation_transcript: "asyncio.Future[str]", final_text: str | None = None) -> None:
+    """The turn's utterance joins the conversation, transcribed as the speculation heard it
+    (or as ``final_text``, a transcript that changed)."""
+    item = UserAudio("item_user")
+    rig.conversation.add(item)
+    item.heard(await speculation_transcript if final_text is None else final_text)
+
+
+async def test_pause_then_resume_sends_nothing_and_stops_the_held_answer() -> None:
+    async with Rig() as rig:
+        rig.stages.llm_gate.close()
+        speculation = speculator(rig)
+        speculation.pause(END, UTTERANCE, None, "item_user")
+        await rig.stages.until(lambda: bool(rig.stages.llm_streams))  # the held run reached the LLM
+        speculation.drop()
+        assert await rig.drained() == []
+        assert rig.stages.llm_streams[0].cancelled
+        assert rig.responder.current is None
+
+
+async def test_pause_then_the_same_turn_releases_the_held_events_in_order_with_one_llm_call() -> None:
+    async with Rig() as rig:
+        speculation = speculator(rig)
+        speculation.pause(END, UTTERANCE, None, "item_user")
+        taken = speculation.take(END)
+        assert taken is not None and taken.run is not None
+        await taken.run.task  # the held answer runs to its end, unseen
+        assert await rig.drained() == []
+        await turn_ends(rig, taken.transcript)
+        speculation.adopt(taken.run, prompt(rig.conversation.items, None))
+        done = await rig.wait_type("response.done")
+        types = rig.types()
+        assert types[:4] == [
+            "response.created",
+            "conversation.item.added",
+            "response.output_item.added",
+            "response.content_part.added",
+        ]
+        assert types.index("response.output_audio.delta") < types.index("response.done")
+        events = rig.events()
+        assert events[1]["previous_item_id"] == "item_user"
+        assert {e.get("response_id", done["response"]["id"]) for e in events} == {done["response"]["id"]}
+        assert done["response"]["status"] == "completed"
+        assert len(rig.stages.llm_requests) == 1
+        assert [item.id for item in rig.conversation.items] == ["item_user", taken.run.answer.id]
+
+
+async def test_a_changed_transcript_gets_a_fresh_answer_and_the_held_one_is_cancelled() -> None:
+    async with Rig() as rig:
+        rig.stages.llm_gate.close(after=1)  # the held answer stops after its first delta
+        speculation = speculator(rig)
+        speculation.pause(END, UTTERANCE, None, "item_user")
+        taken = speculation.take(END)
+        assert taken is not None and taken.run is not None
+        await turn_ends(rig, taken.transcript, final_text="Question two.")
+        speculation.adopt(taken.run, prompt(rig.conversation.items, None))
+        await rig.stages.until(lambda: len(rig.stages.llm_requests) == 2)
+        assert rig.stages.llm_streams[0].cancelled, "the held answer is stopped on its replica"
+        rig.stages.llm_gate.open()
+        done = await rig.wait_type("response.done")
+        assert rig.types().count("response.created") == 1
+        assert done["response"]["id"] != taken.run.id
+        assert rig.stages.llm_requests[1].messages[-1] == {"role": "user", "content": "Question two."}
