@@ -16,6 +16,16 @@ from deployments.realtime.items import AssistantMessage, Item, UserAudio
 from deployments.realtime.protocol import ProtocolError
 from handlers.llm import ChatMessage
 
+
+class NothingToAnswer(Exception):
+    """The user's turn transcribed to no words (noise, a cough, silence): not a question.
+    The turn stays in the conversation as an empty utterance, and no response follows it."""
+
+
+OPENING: ChatMessage = {"role": "system", "content": "The conversation starts now: greet the user briefly."}
+"""The prompt of a response to an empty conversation without instructions (an agent that
+speaks first): chat templates render no empty conversation."""
+
 ROOT = "root"
 """``previous_item_id`` that puts an item first."""
 
@@ -102,8 +112,9 @@ class Conversation:
             messages -= self._items.pop(0).prompted
 
 
-async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMessage]:
-    """``items`` as LLM messages, once every user utterance among them is transcribed.
+async def prompt(items: Sequence[Item], instructions: str | None, then: ChatMessage | None = None) -> list[ChatMessage]:
+    """``items`` as LLM messages (and ``then`` after them), once every user utterance among
+    them is transcribed.
 
     When the newest item is an utterance that could not be transcribed there is nothing to
     answer: a ``StageFailure``, never an answer to the turn before it.
@@ -115,6 +126,16 @@ async def prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMe
         raise StageFailure("transcription_failed", "the question's audio could not be transcribed")
     messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []
     messages += [item.chat_message() for item in items if item.prompted]
+    messages += [then] if then is not None else []
+    return messages or [OPENING]
+
+
+async def turn_prompt(items: Sequence[Item], instructions: str | None) -> list[ChatMessage]:
+    """The prompt that answers the user's turn, the newest item: :func:`prompt`, unless the
+    turn holds no words (:class:`NothingToAnswer`)."""
+    messages = await prompt(items, instructions)
+    if items and isinstance(items[-1], UserAudio) and not items[-1].text:
+        raise NothingToAnswer(items[-1].id)
     return messages
 
 

@@ -29,7 +29,7 @@ from cancel import ScopeTicket
 from deployments.messages import LLMRequest
 from deployments.metrics import SessionMetrics
 from deployments.realtime.answer_sinks import AnswerSink, answer_sink
-from deployments.realtime.conversation import Conversation
+from deployments.realtime.conversation import Conversation, NothingToAnswer
 from deployments.realtime.failures import StageFailure
 from deployments.realtime.function_calls import FunctionCalls, finish_call
 from deployments.realtime.items import AssistantMessage, FunctionCall, Item
@@ -196,6 +196,8 @@ class Responder:
                     if not any(item is run.answer for item in run.outputs):
                         self._announce(run, run.answer)
                     await sink.add(piece)
+        except NothingToAnswer:  # a turn of no words: its held run is dropped unseen
+            run.status = "cancelled"
         except Exception as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deployments.realtime.conversation import Conversation, prompt
+from deployments.realtime.conversation import Conversation, NothingToAnswer, prompt
 from deployments.realtime.items import Item
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.response import Responder
@@ -95,17 +95,37 @@ class Speculator:
         speculation, self._current = self._current, None
         return speculation
 
-    def adopt(self, run: ResponseRun, current: Awaitable[list[ChatMessage]]) -> None:
-        """The turn ended: the held ``run`` is the response, shown once it is confirmed to
-        answer ``current`` (the conversation as it now stands), else replaced."""
-        self._responder.current = run
-        self._spawn(self._confirm(run, asyncio.ensure_future(current)))
+    def answer_turn(
+        self,
+        current: Awaitable[list[ChatMessage]],
+        timeline: Timeline,
+        held: ResponseRun | None,
+        turn_item_id: str,
+    ) -> None:
+        """The user's turn ended: answer ``current`` (the conversation as it now stands).
+
+        The answer is shown once the turn is known to hold words: ``held``, the pause's
+        answer, if it answers exactly ``current``, else a run started now and held until its
+        prompt is ready. A turn of no words gets no response (``NothingToAnswer``)."""
+        if held is None:
+            held = self._responder.new_run(current, timeline)
+            held.follows = turn_item_id
+            self._outbox.hold(held.id)
+            self._responder.start(held)
+            answered = held.prompt
+        else:
+            answered = asyncio.ensure_future(current)
+        self._responder.current = held
+        self._spawn(self._confirm(held, answered))
 
     async def _confirm(self, run: ResponseRun, current: "asyncio.Future[list[ChatMessage]]") -> None:
-        try:
-            same = await run.prompt == await current
-        except Exception:  # a transcription failed: answer afresh (or fail there, visibly)
-            same = False
+        held, wanted = await asyncio.gather(run.prompt, current, return_exceptions=True)
+        if isinstance(wanted, NothingToAnswer):  # the turn holds no words: no response
+            if self._responder.current is run:
+                self._responder.abandon(run)
+            return
+        # A failed transcription: answer afresh (and fail there, visibly).
+        same = not isinstance(held, BaseException) and held == wanted
         if self._responder.current is not run:
             return  # cancelled meanwhile
         if same and run.status in ("in_progress", "completed"):
@@ -119,6 +139,7 @@ class Speculator:
 async def _speculative_prompt(
     history: Sequence[Item], instructions: str | None, transcript: "asyncio.Future[str]"
 ) -> list[ChatMessage]:
-    messages = await prompt(history, instructions)
     text = await transcript
-    return [*messages, {"role": "user", "content": text}] if text else messages
+    if not text:
+        raise NothingToAnswer("the pause")
+    return await prompt(history, instructions, then={"role": "user", "content": text})

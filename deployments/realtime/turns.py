@@ -15,7 +15,7 @@ from openai.types.realtime import InputAudioBufferSpeechStartedEvent, InputAudio
 
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput, TurnEvent
-from deployments.realtime.conversation import Conversation, prompt
+from deployments.realtime.conversation import Conversation, prompt, turn_prompt
 from deployments.realtime.idle import IdleTimeout
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.partials import PartialTranscripts
@@ -122,10 +122,11 @@ class TurnTaker:
 
     async def _prefill_conversation(self) -> None:
         """The conversation so far is how the answer to this turn's prompt will start."""
+        items = self._conversation.items
+        if not self._settings.instructions and not any(item.prompted for item in items):
+            return  # nothing said yet and no instructions: nothing to compute ahead
         try:
-            messages = await prompt(self._conversation.items, self._settings.instructions)
-            if messages:  # nothing said yet and no instructions: nothing to compute ahead
-                await self._stages.prefill(messages)
+            await self._stages.prefill(await prompt(items, self._settings.instructions))
         except Exception as exc:  # only a head start: the answer computes it anyway
             logger.warning("LLM prefill failed: %r", exc)
 
@@ -156,11 +157,8 @@ class TurnTaker:
             if held is not None:
                 self._responder.abandon(held)
             return
-        current = prompt(self._conversation.items, self._settings.instructions)
-        if held is not None:
-            self.speculator.adopt(held, current)
-        else:
-            self._responder.answer(current, timeline)
+        current = turn_prompt(self._conversation.items, self._settings.instructions)
+        self.speculator.answer_turn(current, timeline, held, item_id)
 
     def _silence_ms(self) -> int:
         """The pause that ends a turn under the settings in force."""

@@ -8,6 +8,7 @@ from rig import Rig
 from deployments.realtime.conversation import prompt
 from deployments.realtime.items import UserAudio
 from deployments.realtime.speculation import Speculator
+from deployments.realtime.timeline import Timeline
 from handlers.audio import SPEECH_RATE
 
 UTTERANCE = np.zeros(SPEECH_RATE, np.float32)
@@ -54,7 +55,7 @@ async def test_pause_then_the_same_turn_releases_the_held_events_in_order_with_o
         await taken.run.task  # the held answer runs to its end, unseen
         assert await rig.drained() == []
         await turn_ends(rig, taken.transcript)
-        speculation.adopt(taken.run, prompt(rig.conversation.items, None))
+        speculation.answer_turn(prompt(rig.conversation.items, None), Timeline(), taken.run, "item_user")
         done = await rig.wait_type("response.done")
         types = rig.types()
         assert types[:4] == [
@@ -80,7 +81,7 @@ async def test_a_changed_transcript_gets_a_fresh_answer_and_the_held_one_is_canc
         taken = speculation.take(END)
         assert taken is not None and taken.run is not None
         await turn_ends(rig, taken.transcript, final_text="Question two.")
-        speculation.adopt(taken.run, prompt(rig.conversation.items, None))
+        speculation.answer_turn(prompt(rig.conversation.items, None), Timeline(), taken.run, "item_user")
         await rig.stages.until(lambda: len(rig.stages.llm_requests) == 2)
         assert rig.stages.llm_streams[0].cancelled, "the held answer is stopped on its replica"
         rig.stages.llm_gate.open()
