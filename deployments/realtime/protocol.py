@@ -78,15 +78,50 @@ def parse_client_event(text: str | bytes) -> RealtimeClientEvent:
     model = _CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
     if model is None:
         shown = repr(event_type)[:64] if isinstance(event_type, str) else f"of JSON type {type(event_type).__name__}"
-        raise ProtocolError("invalid_event", f"unknown event type {shown}", param="type", event_id=client_event_id)
+        hint = f"; {GA_HINT}" if event_type in _BETA_EVENT_TYPES else ""
+        raise ProtocolError(
+            "invalid_event", f"unknown event type {shown}{hint}", param="type", event_id=client_event_id
+        )
     try:
         return cast(RealtimeClientEvent, model.model_validate(data))
     except RecursionError:
         raise ProtocolError("invalid_event", "event is nested too deeply", event_id=client_event_id) from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"])[:200]
-        raise ProtocolError("invalid_event", f"{first['msg'][:200]} at {param!r}", param, client_event_id) from None
+        param, message = validation_message(exc)
+        if event_type == "session.update" and _beta_session(data.get("session")):
+            message += f"; {GA_HINT}"
+        raise ProtocolError("invalid_event", message, param, client_event_id) from None
+
+
+GA_HINT = (
+    "this server speaks the GA Realtime protocol (session.type 'realtime', audio settings under "
+    "session.audio.input and session.audio.output); the beta protocol's shapes are not served"
+)
+_BETA_SESSION_FIELDS = {"modalities", "input_audio_format", "output_audio_format", "input_audio_transcription", "voice"}
+_BETA_EVENT_TYPES = {"transcription_session.update"}
+
+
+def _beta_session(session: Any) -> bool:
+    """Whether a ``session.update``'s session has the beta protocol's shape."""
+    return isinstance(session, dict) and ("type" not in session or bool(_BETA_SESSION_FIELDS & session.keys()))
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str]:
+    """The parameter (in the protocol's terms: ``session.audio.input.format.rate``, not the
+    SDK's class path) and what is wrong with it. Where a union's members all failed, the
+    most specific parameter is named, with what each member would have taken there."""
+    by_param: dict[str, list[str]] = {}
+    for error in exc.errors():
+        parts = [str(part) for part in error["loc"] if not (isinstance(part, str) and part[:1].isupper())]
+        by_param.setdefault(".".join(parts), []).append(error["msg"])
+    param = max(by_param, key=lambda name: name.count(".") + bool(name))
+    messages = list(dict.fromkeys(by_param[param]))
+    prefix = "Input should be "
+    if len(messages) > 1 and all(message.startswith(prefix) for message in messages):
+        message = prefix + " or ".join(message.removeprefix(prefix) for message in messages)
+    else:
+        message = messages[0]
+    return param[:200], f"{message[:200]} at {param[:200]!r}"
 
 
 def error_event(error: ProtocolError, error_type: str = "invalid_request_error") -> RealtimeErrorEvent:

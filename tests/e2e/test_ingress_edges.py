@@ -241,6 +241,37 @@ async def test_api_key_and_origin_are_checked_before_any_session(guarded: str) -
         assert (await answered(ws, 9)).startswith("Answer 9:")
 
 
+def refusal_of(refused: InvalidStatus) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(refused.response.body or b"{}")["error"]
+    return body
+
+
+async def test_refusals_say_what_was_refused_and_a_wrong_path_is_404(guarded: str) -> None:
+    key = os.environ["S2S_E2E_API_KEY"]
+    cases = [
+        ({}, "no API key"),
+        ({"Authorization": "Bearer wrong"}, "is not this server's"),
+        ({"Authorization": f"Bearer {key}", "Origin": "https://evil.example"}, "'https://evil.example'"),
+    ]
+    for headers, reason in cases:
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(guarded, additional_headers=headers):
+                pass
+        assert refused.value.response.status_code == 403
+        assert reason in refusal_of(refused.value)["message"]
+    for typo in ("/v1/realtim", "/realtime"):
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(guarded.removesuffix("/v1/realtime") + typo):
+                pass
+        assert refused.value.response.status_code == 404
+        error = refusal_of(refused.value)
+        assert error["code"] == "not_found" and "/v1/realtime (WebSocket)" in error["message"]
+    http = guarded.replace("ws://", "http://").removesuffix("/v1/realtime") + "/v1/sessions"
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(http, timeout=30)
+    assert missing.value.code == 404 and "/healthz" in json.loads(missing.value.read())["error"]["message"]
+
+
 def test_readiness_waits_for_a_loading_model_while_health_answers(serve_port: int) -> None:
     """While the LLM loads, the ingress is up (``/healthz`` 200) but not ready (``/readyz`` 503
     naming the LLM); once it has loaded, ready."""
