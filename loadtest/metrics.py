@@ -6,6 +6,7 @@ what changed over a run.
 """
 
 import re
+import time
 import urllib.request
 from typing import Any
 
@@ -35,6 +36,26 @@ def scrape(urls: list[str]) -> dict[str, float]:
                 key = f"{sample.name}{{{labels}}}"
                 values[key] = values.get(key, 0.0) + sample.value
     return values
+
+
+EXPORT_INTERVAL_S = 10.0
+"""How often Ray's metrics agent exports what a process recorded (``metrics_report_interval_ms``)."""
+
+
+def settled_scrape(urls: list[str], ended_at: float, timeout_s: float = 45.0) -> tuple[dict[str, float], float]:
+    """A scrape that has caught up with the run that ended at ``ended_at`` (monotonic):
+    taken at least one export interval after it, and equal to the scrape before it (nothing
+    left in flight); returns it and its age after the end, in seconds. After ``timeout_s``,
+    the last scrape, with its age: a report says how old its server view is."""
+    time.sleep(max(0.0, ended_at + EXPORT_INTERVAL_S - time.monotonic()))
+    previous = scrape(urls)
+    while True:
+        time.sleep(2.0)  # polling another process's endpoint: there is no event to wait on
+        values = scrape(urls)
+        age = time.monotonic() - ended_at
+        if values == previous or age >= timeout_s:
+            return values, round(age, 1)
+        previous = values
 
 
 def _split(key: str) -> tuple[str, dict[str, str]]:

@@ -106,7 +106,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "latency_ms": {name: _percentiles(values) for name, values in sorted(samples.items())},
         "calibrated_words": result.calibrated_words,
         "timeline": result.timeline,
-        "server": server_view(result.server_metrics),
+        "server": {**server_view(result.server_metrics), "scraped_after_end_s": result.server_scraped_after_s},
     }
 
 

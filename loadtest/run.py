@@ -21,7 +21,7 @@ from typing import Any
 from tqdm import tqdm
 
 from loadtest.client import Session, SessionLog, Turn
-from loadtest.metrics import scrape
+from loadtest.metrics import scrape, settled_scrape
 from loadtest.prompts import PromptSet, prompts_for
 
 STATS_EVERY_S = 2.0
@@ -58,6 +58,8 @@ class LoadResult:
     calibrated_words: dict[int, int]
     timeline: list[dict[str, Any]]
     server_metrics: dict[str, float]
+    server_scraped_after_s: float
+    """How long after the run's end the server's metrics were scraped (they had caught up)."""
 
 
 def http_base(url: str) -> str:
@@ -123,9 +125,11 @@ async def run_load(config: LoadConfig) -> LoadResult:
         finally:
             sampler.cancel()
     ended = time.monotonic()
-    after = await asyncio.to_thread(scrape, metrics_urls)
+    after, scraped_after_s = await asyncio.to_thread(settled_scrape, metrics_urls, ended)
     server_metrics = {name: value - before.get(name, 0.0) for name, value in after.items()}
-    return LoadResult(config, prompts, probe.model, started, ended, list(logs), calibrated, timeline, server_metrics)
+    return LoadResult(
+        config, prompts, probe.model, started, ended, list(logs), calibrated, timeline, server_metrics, scraped_after_s
+    )
 
 
 async def _calibrate(url: str, prompts: PromptSet, numbers: list[int]) -> tuple[dict[int, int], dict[int, float]]:
