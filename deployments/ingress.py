@@ -34,6 +34,7 @@ from deployments.realtime.protocol import (
 )
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
+from deployments.realtime.transport import WebSocketTransport
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
 
@@ -201,7 +202,7 @@ class RealtimeIngress:
             return
         metrics = SessionMetrics(self._metrics)
         session = RealtimeSession(
-            websocket,
+            WebSocketTransport(websocket),
             self._stages,
             self._config,
             scope,

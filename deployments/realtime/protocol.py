@@ -78,7 +78,7 @@ def parse_client_event(text: str | bytes) -> RealtimeClientEvent:
     model = _CLIENT_EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
     if model is None:
         shown = repr(event_type)[:64] if isinstance(event_type, str) else f"of JSON type {type(event_type).__name__}"
-        hint = f"; {GA_HINT}" if event_type in _BETA_EVENT_TYPES else ""
+        hint = f"; {GA_HINT}" if isinstance(event_type, str) and event_type in _BETA_EVENT_TYPES else ""
         raise ProtocolError(
             "invalid_event", f"unknown event type {shown}{hint}", param="type", event_id=client_event_id
         )

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import (
     ConversationItemAdded,
@@ -43,7 +42,6 @@ from openai.types.realtime import (
     SessionUpdateEvent,
 )
 from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
-from starlette.websockets import WebSocketState
 
 from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
@@ -67,6 +65,7 @@ from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import BoundedStages, Stages
 from deployments.realtime.supervision import Supervisor
 from deployments.realtime.timeline import Timeline
+from deployments.realtime.transport import ClientLeft, Transport
 from deployments.realtime.turns import TurnTaker
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode
 
@@ -78,14 +77,10 @@ E = TypeVar("E", bound=OpenAIModel)
 Handler = Callable[[E], Awaitable[None]]
 
 
-class ClientLeft(Exception):
-    """The socket closed: the session ends normally."""
-
-
 class RealtimeSession:
     def __init__(
         self,
-        websocket: WebSocket,
+        transport: Transport,
         stages: Stages,
         config: IngressConfig,
         scope: ResponseScope,
@@ -95,7 +90,7 @@ class RealtimeSession:
     ) -> None:
         """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded)."""
         self.id = new_id("sess")
-        self._ws = websocket
+        self._transport = transport
         stages = BoundedStages(stages, config.stage_timeout_s)
         self._supervisor = Supervisor(self.id)
         spawn = self._supervisor.spawn
@@ -106,7 +101,7 @@ class RealtimeSession:
             turn_detection=config.turn_detection,
             max_instructions_chars=config.max_item_chars,
         )
-        self._outbox = Outbox(self._send, config.outgoing_events, metrics.sent, metrics.dropped)
+        self._outbox = Outbox(transport.send, config.outgoing_events, metrics.sent, metrics.dropped)
         self._conversation = Conversation(config.history_items)
         self._guard = InputGuard(config.limits)
         self._max_item_chars = config.max_item_chars
@@ -178,25 +173,14 @@ class RealtimeSession:
     async def close(self, code: int, reason: str) -> None:
         """Server-side close (shutdown): stop the response, then close with ``code``."""
         self._responder.cancel(None)
-        with contextlib.suppress(RuntimeError):  # already closed by the client
-            await self._ws.close(code=code, reason=reason)
+        await self._transport.close(code, reason)
 
     async def _close_with(self, error: RealtimeErrorEvent, code: int) -> None:
         """Tell the client why, then close (straight to the socket: the send loop is gone)."""
         with contextlib.suppress(Exception):
             async with asyncio.timeout(FAILURE_REPORT_TIMEOUT_S):
-                await self._ws.send_text(encode(error))
-                await self._ws.close(code=code, reason=error.error.code or "")
-
-    async def _send(self, text: str) -> None:
-        try:
-            await self._ws.send_text(text)
-        except (WebSocketDisconnect, OSError) as exc:
-            raise ClientLeft from exc
-        except RuntimeError as exc:  # Starlette's answer to sending on a closed socket
-            if WebSocketState.DISCONNECTED in (self._ws.client_state, self._ws.application_state):
-                raise ClientLeft from exc
-            raise
+                await self._transport.send(encode(error))
+                await self._transport.close(code, error.error.code or "")
 
     def _vad_failed(self) -> None:
         error = ProtocolError("vad_failed", "voice activity detection failed for a stretch of input audio")
@@ -205,15 +189,8 @@ class RealtimeSession:
     # ---- receiving -------------------------------------------------------------------
 
     async def _receive(self) -> None:
-        try:
-            while True:
-                message = await self._ws.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                await self._on_message(message.get("text") or message.get("bytes") or "")
-        except WebSocketDisconnect:
-            pass
-        raise ClientLeft
+        while True:  # until the transport says ClientLeft
+            await self._on_message(await self._transport.receive())
 
     async def _on_message(self, text: str | bytes) -> None:
         """Serve one client event; whatever goes wrong, the client hears of it and the

@@ -20,6 +20,7 @@ from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.session import RealtimeSession
+from deployments.realtime.transport import WebSocketTransport
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import EnergyVoiceDetector, question_tone
 from handlers.vad import VADEvent, VADState
@@ -293,7 +294,7 @@ class Harness:
         self.scope = FakeScope(name)
         self.config = IngressConfig(**config)
         self.session = RealtimeSession(
-            self.socket,  # type: ignore[arg-type]
+            WebSocketTransport(self.socket),  # type: ignore[arg-type]
             self.stages,
             self.config,
             self.scope,

@@ -1,0 +1,59 @@
+"""The session's transport: client events in, server events out, and a close.
+
+The session sees only :class:`Transport`; :class:`WebSocketTransport` is Starlette's
+WebSocket (a WebRTC data channel can be another). A client that has gone is
+:class:`ClientLeft`, whichever direction notices it first.
+"""
+
+import contextlib
+from typing import Protocol
+
+from fastapi import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketState
+
+
+class ClientLeft(Exception):
+    """The client went away: the session ends normally."""
+
+
+class Transport(Protocol):
+    async def receive(self) -> str | bytes:
+        """The next client message (``ClientLeft`` once the client has gone)."""
+        ...
+
+    async def send(self, text: str) -> None:
+        """Send one server event (``ClientLeft`` if the client has gone)."""
+        ...
+
+    async def close(self, code: int, reason: str) -> None:
+        """Close with ``code`` (RFC 6455); nothing happens if it is closed already."""
+        ...
+
+
+class WebSocketTransport:
+    def __init__(self, websocket: WebSocket) -> None:
+        self._ws = websocket
+
+    async def receive(self) -> str | bytes:
+        try:
+            message = await self._ws.receive()
+        except WebSocketDisconnect:
+            raise ClientLeft from None
+        if message["type"] == "websocket.disconnect":
+            raise ClientLeft
+        data: str | bytes = message.get("text") or message.get("bytes") or ""
+        return data
+
+    async def send(self, text: str) -> None:
+        try:
+            await self._ws.send_text(text)
+        except (WebSocketDisconnect, OSError) as exc:
+            raise ClientLeft from exc
+        except RuntimeError as exc:  # Starlette's answer to sending on a closed socket
+            if WebSocketState.DISCONNECTED in (self._ws.client_state, self._ws.application_state):
+                raise ClientLeft from exc
+            raise
+
+    async def close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(RuntimeError):  # already closed by the client
+            await self._ws.close(code=code, reason=reason)
