@@ -17,7 +17,7 @@ from deployments.realtime.protocol import CLOSE_POLICY_VIOLATION
 
 REALTIME_SUBPROTOCOL = "realtime"
 API_KEY_SUBPROTOCOL = "openai-insecure-api-key."
-SERVED_PATHS = ["/v1/realtime (WebSocket)", "/healthz", "/readyz", "/stats", "/stats/turns"]
+SERVED_PATHS = ["/v1/realtime (WebSocket)", "/ (the voice page)", "/healthz", "/readyz", "/stats", "/stats/turns"]
 
 
 def chosen_subprotocol(offered: list[str]) -> str | None:

@@ -1,4 +1,5 @@
-"""The WebSocket ingress: ``/v1/realtime`` (OpenAI Realtime), ``/healthz`` and ``/readyz``.
+"""The WebSocket ingress: ``/v1/realtime`` (OpenAI Realtime), the voice page at ``/``,
+``/healthz`` and ``/readyz``.
 
 It owns the sessions of its replica: access (an optional API key and allowed origins,
 checked before the handshake is accepted, so a refused client gets HTTP 403 and no session
@@ -23,6 +24,7 @@ from cancel import ScopeDirectory, spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.page import add_page
 from deployments.placement import replica_placement
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
@@ -41,6 +43,7 @@ from handlers.synthetic import SyntheticConfig
 logger = logging.getLogger(__name__)
 
 api = FastAPI(title="s2s-serve realtime ingress")
+add_page(api)  # before the class's routes: its catch-all must come last
 
 
 class _AppStatus:

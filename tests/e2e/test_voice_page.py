@@ -1,0 +1,107 @@
+"""The voice page in a real browser: Debian's chromium, headless, its microphone a WAV file of
+Piper speaking, over the WebSocket, against the served pipeline (real models)."""
+
+import shutil
+import wave
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from playwright.async_api import Browser, Page, async_playwright
+
+from handlers.audio import SPEECH_RATE, float_to_pcm16
+
+ARTIFACTS = Path(__file__).parents[1] / "artifacts"
+LONG_QUESTION = "Please tell me a long story about a dragon who learns to bake bread in a small village."
+
+
+def microphone_file(path: Path, parts: list[np.ndarray]) -> Path:
+    """What the fake microphone says (Chromium plays it once: ``%noloop``), at 16 kHz."""
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(SPEECH_RATE)
+        wav.writeframes(float_to_pcm16(np.concatenate(parts)))
+    return path
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SPEECH_RATE), np.float32)
+
+
+@pytest.fixture
+async def browser_with(tmp_path: Path) -> AsyncIterator[Callable[[Path], Any]]:
+    """A headless chromium whose microphone plays the given file."""
+    executable = shutil.which("chromium")
+    assert executable, "Debian's chromium is missing: make install-dev installs it"
+    browsers: list[Browser] = []
+    async with async_playwright() as playwright:
+
+        async def launch(microphone: Path) -> Browser:
+            browser = await playwright.chromium.launch(
+                executable_path=executable,
+                headless=True,
+                args=[
+                    "--use-fake-ui-for-media-stream",
+                    "--use-fake-device-for-media-stream",
+                    f"--use-file-for-fake-audio-capture={microphone}%noloop",
+                    "--autoplay-policy=no-user-gesture-required",
+                ],
+            )
+            browsers.append(browser)
+            return browser
+
+        yield launch
+        for browser in browsers:
+            await browser.close()
+
+
+async def open_page(browser: Browser, realtime_url: str) -> Page:
+    page = await browser.new_page(viewport={"width": 390, "height": 800})  # a phone's screen
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    await page.goto(realtime_url.replace("ws://", "http://").removesuffix("/v1") + "/")
+    await page.click("#connect")
+    await page.wait_for_function("window.s2s.connected === true", timeout=30_000)
+    assert errors == []
+    return page
+
+
+async def test_the_page_hears_the_question_and_plays_the_answer(
+    browser_with: Callable[[Path], Any], realtime_url: str, speak: Callable[..., np.ndarray], tmp_path: Path
+) -> None:
+    question = speak("What is the capital of France?", silence_s=0.5)
+    browser = await browser_with(microphone_file(tmp_path / "mic.wav", [question, silence(30)]))
+    page = await open_page(browser, realtime_url)
+    await page.wait_for_function("window.s2s.stats.responses >= 1 && window.s2s.stats.playedMs > 500", timeout=60_000)
+    heard = await page.inner_text("li.user")
+    assert "capital" in heard.lower() or "france" in heard.lower(), heard  # robust to a misheard word
+    assert (await page.inner_text("li.assistant")).strip()
+    stats = await page.evaluate("window.s2s.stats")
+    assert stats["errors"] == [] and stats["receivedMs"] >= stats["playedMs"] > 500
+    assert await page.is_hidden("#error")
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "voice-page-websocket.png"), full_page=True)
+
+
+async def test_speech_during_the_answer_stops_playback_at_once(
+    browser_with: Callable[[Path], Any], realtime_url: str, speak: Callable[..., np.ndarray], tmp_path: Path
+) -> None:
+    first = speak(LONG_QUESTION, silence_s=0.5)
+    barge_in = speak("Stop. What is two plus two?", silence_s=0.5)
+    browser = await browser_with(microphone_file(tmp_path / "mic.wav", [first, silence(4.0), barge_in, silence(30)]))
+    page = await open_page(browser, realtime_url)
+    try:
+        await page.wait_for_function("window.s2s.stats.stops.length >= 1", timeout=90_000)
+    except Exception:
+        seen = await page.evaluate(
+            "[window.s2s.stats, [...document.querySelectorAll('li')].map(e => e.className + ': ' + e.textContent)]"
+        )
+        raise AssertionError(f"no playback was stopped: {seen}") from None
+    await page.wait_for_function("window.s2s.stats.responses >= 2", timeout=60_000)
+    stats = await page.evaluate("window.s2s.stats")
+    assert stats["stops"][0] <= 150, f"playback stopped {stats['stops'][0]:.0f} ms after speech_started"
+    assert await page.locator("li.assistant.cut").count() >= 1, "the interrupted answer is marked so"
+    assert stats["errors"] == []
