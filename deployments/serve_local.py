@@ -197,7 +197,11 @@ def _announce_when_ready(port: int, timeout_s: float, stop: threading.Event) -> 
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as reply:
                 if reply.status == 200:
-                    print(f"\n  Voice agent ready: ws://127.0.0.1:{port}/v1/realtime\n", flush=True)
+                    print(
+                        f"\n  Voice agent ready: ws://127.0.0.1:{port}/v1/realtime"
+                        f"\n  Talk to it in a browser: http://127.0.0.1:{port}/\n",
+                        flush=True,
+                    )
                     return
         except (urllib.error.URLError, OSError):
             pass
