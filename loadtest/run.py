@@ -21,7 +21,7 @@ from typing import Any
 from tqdm import tqdm
 
 from loadtest.client import Session, SessionLog, Turn
-from loadtest.metrics import scrape, settled_scrape
+from loadtest.metrics import settled_scrape
 from loadtest.prompts import PromptSet, prompts_for
 
 STATS_EVERY_S = 2.0
@@ -93,7 +93,8 @@ async def run_load(config: LoadConfig) -> LoadResult:
 
     stats = await asyncio.to_thread(server_stats, config.url)
     metrics_urls = (stats or {}).get("metrics_urls", [])
-    before = await asyncio.to_thread(scrape, metrics_urls)
+    # Settled too: the probe's and calibration's sessions have just ended.
+    before, _ = await asyncio.to_thread(settled_scrape, metrics_urls, time.monotonic())
     total_turns = config.sessions * config.turns
     deadline = time.monotonic() + config.duration_s if config.duration_s else float("inf")
     started = time.monotonic()

@@ -43,7 +43,7 @@ class AppLogs:
 
 
 def noise(seconds: float) -> bytes:
-    """A burst of noise: heard as speech by the VAD, as no words by STT (or a word or two)."""
+    """A burst of white noise: no speech to the VAD, no words (or a word or two) to STT."""
     rng = np.random.default_rng(7)
     return float_to_pcm16((rng.standard_normal(int(seconds * REALTIME_RATE)) * 0.3).astype(np.float32))
 
@@ -61,9 +61,12 @@ async def test_normal_paths_log_no_error_and_no_traceback(
         await client.until(lambda e: is_done(e) and e.response.id == first.response_id)
         await client.until(is_done)
     async with connect() as client:
-        # A quiet first turn: silence, then noise; whatever it is heard as, it is normal.
+        # A quiet first turn: silence and noise (the VAD hears no speech in it), committed by
+        # hand: a turn of no words, transcribed empty, with no response.
         await client.send_audio(silence + noise(0.8) + silence, realtime=False)
-        await client.until(lambda e: e.type == "conversation.item.input_audio_transcription.completed")
+        await client.connection.input_audio_buffer.commit()
+        quiet = await client.until(lambda e: e.type == "conversation.item.input_audio_transcription.completed")
+        assert not client.of_type("response.created"), quiet
         # A response.cancel mid-answer.
         await client.connection.conversation.item.create(
             item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": LONG_QUESTION}]}
