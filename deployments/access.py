@@ -12,12 +12,21 @@ import os
 
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
+from starlette.requests import HTTPConnection
 
 from deployments.realtime.protocol import CLOSE_POLICY_VIOLATION
 
 REALTIME_SUBPROTOCOL = "realtime"
 API_KEY_SUBPROTOCOL = "openai-insecure-api-key."
-SERVED_PATHS = ["/v1/realtime (WebSocket)", "/ (the voice page)", "/healthz", "/readyz", "/stats", "/stats/turns"]
+SERVED_PATHS = [
+    "/v1/realtime (WebSocket)",
+    "POST /v1/realtime/calls (WebRTC)",
+    "/ (the voice page)",
+    "/healthz",
+    "/readyz",
+    "/stats",
+    "/stats/turns",
+]
 
 
 def chosen_subprotocol(offered: list[str]) -> str | None:
@@ -33,14 +42,14 @@ class Access:
         self._key = _api_key(api_key_env)
         self._origins = allowed_origins
 
-    def refusal(self, websocket: WebSocket, offered: list[str]) -> str | None:
-        """Why this handshake is refused (``None``: it is not)."""
-        origin = websocket.headers.get("origin")
+    def refusal(self, connection: HTTPConnection, offered: list[str]) -> str | None:
+        """Why this handshake (or call) is refused (``None``: it is not)."""
+        origin = connection.headers.get("origin")
         if origin is not None and self._origins is not None and origin not in self._origins:
             return f"the origin {origin[:100]!r} is not among this server's allowed_origins"
         if self._key is None:
             return None
-        scheme, _, bearer = websocket.headers.get("authorization", "").partition(" ")
+        scheme, _, bearer = connection.headers.get("authorization", "").partition(" ")
         presented = [bearer] if scheme.lower() == "bearer" else []
         presented += [p.removeprefix(API_KEY_SUBPROTOCOL) for p in offered if p.startswith(API_KEY_SUBPROTOCOL)]
         if not presented:

@@ -14,7 +14,7 @@ import logging
 
 import ray
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -36,7 +36,8 @@ from deployments.realtime.protocol import (
 )
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
-from deployments.realtime.transport import WebSocketTransport
+from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
+from deployments.realtime.webrtc import BadOffer, WebRTCTransport
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
 
@@ -181,9 +182,33 @@ class RealtimeIngress:
             return
         self._admitted += 1  # counted before the first await: a burst cannot overrun the cap
         try:
-            await self._serve(websocket)
+            await self._serve(WebSocketTransport(websocket))
         finally:
             self._admitted -= 1
+
+    @api.post("/v1/realtime/calls")
+    async def calls(self, request: Request) -> Response:
+        """A WebRTC call: an SDP offer in (``application/sdp``), the answer out (201), and the
+        session on the call's data channel and audio tracks; the same key, origin and cap."""
+        refused = self._access.refusal(request, [])
+        if refused is not None:
+            return refusal(403, "access_refused", refused)
+        turned_away = self._refusal()
+        if turned_away is not None:
+            return refusal(503, turned_away.error.code or "unavailable", turned_away.error.message)
+        offer = (await request.body()).decode(errors="replace")
+        try:
+            transport, answer = await WebRTCTransport.answer_offer(offer)
+        except BadOffer as exc:
+            return refusal(400, "invalid_offer", str(exc))
+        self._admitted += 1  # counted before any await that follows
+
+        def released(_: "asyncio.Task[None]") -> None:
+            self._admitted -= 1
+
+        # The call outlives this request: owned by none (a recursive cancel must not end it).
+        spawn_detached(self._serve(transport)).add_done_callback(released)
+        return Response(answer, status_code=201, media_type="application/sdp")
 
     # Last, so that they match only what no route above does.
     @api.websocket("/{path:path}")
@@ -194,18 +219,19 @@ class RealtimeIngress:
     async def unknown_path(self, request: Request, path: str) -> JSONResponse:
         return refusal(404, "not_found", not_served(request.url.path))
 
-    async def _serve(self, websocket: WebSocket) -> None:
+    async def _serve(self, transport: Transport) -> None:
         try:
             scope = await (await self._scope_directory()).open_session()
         except Exception:
             logger.exception("no cancel scope for a new session")
             error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
-            await websocket.send_text(encode(error_event(error, "server_error")))
-            await websocket.close(CLOSE_INTERNAL_ERROR, error.code)
+            with contextlib.suppress(ClientLeft):
+                await transport.send(encode(error_event(error, "server_error")))
+            await transport.close(CLOSE_INTERNAL_ERROR, error.code)
             return
         metrics = SessionMetrics(self._metrics)
         session = RealtimeSession(
-            WebSocketTransport(websocket),
+            transport,
             self._stages,
             self._config,
             scope,

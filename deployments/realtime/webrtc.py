@@ -1,0 +1,204 @@
+"""WebRTC calls (``POST /v1/realtime/calls``, as OpenAI's GA API has them), with aiortc.
+
+A call is the same :class:`RealtimeSession` behind another :class:`Transport`:
+- client events arrive on the ``oai-events`` data channel, and server events leave on it;
+- the microphone is an Opus track: decoded and resampled to 24 kHz PCM16, it reaches the
+  session as ``input_audio_buffer.append`` events, so every input limit applies unchanged;
+- the answer's audio (``response.output_audio.delta``) goes to an Opus track the server
+  paces in real time instead of the data channel. The server plays the audio, so a barge-in
+  (``speech_started``, a cancelled ``response.done``) or ``output_audio_buffer.clear``
+  empties its queue: playback stops at once, with ``output_audio_buffer.cleared``; and
+  ``output_audio_buffer.started``/``stopped`` say when the answer begins and ends playing.
+A call whose peer goes (ICE failure, tab closed, hang-up) ends its session within seconds.
+"""
+
+import asyncio
+import base64
+import contextlib
+import fractions
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import av
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+from openai import BaseModel as OpenAIModel
+from openai.types.realtime.realtime_server_event import (
+    OutputAudioBufferCleared,
+    OutputAudioBufferStarted,
+    OutputAudioBufferStopped,
+)
+
+from cancel import spawn_detached
+from deployments.realtime.protocol import encode, server_event
+from deployments.realtime.transport import ClientLeft
+from handlers.audio import REALTIME_RATE
+
+FRAME_SAMPLES = REALTIME_RATE // 50
+"""20 ms: the frame the answer track plays and the microphone is batched in (×5)."""
+DATA_CHANNEL = "oai-events"
+
+
+class BadOffer(ValueError):
+    """The SDP offer cannot be answered (HTTP 400 with this message)."""
+
+
+class AnswerTrack(MediaStreamTrack):
+    """The answer's audio as the server plays it: 20 ms frames in real time, silence when
+    there is nothing to say; ``clear`` stops playback at once."""
+
+    kind = "audio"
+
+    def __init__(self, tell: Callable[[OpenAIModel], None]) -> None:
+        super().__init__()
+        self._tell = tell
+        self._queue = bytearray()
+        self._response_id: str | None = None
+        self._started_at: float | None = None
+        self._samples = 0
+
+    def play(self, response_id: str, pcm16: bytes) -> None:
+        if self._response_id != response_id:
+            self._response_id = response_id
+            self._tell(server_event(OutputAudioBufferStarted, response_id=response_id))
+        self._queue += pcm16
+
+    def clear(self) -> None:
+        """Stop playing now, dropping what was queued."""
+        if self._response_id is not None:
+            self._queue.clear()
+            self._tell(server_event(OutputAudioBufferCleared, response_id=self._response_id))
+            self._response_id = None
+
+    async def recv(self) -> av.AudioFrame:
+        if self._started_at is None:
+            self._started_at = time.monotonic()
+        wait = self._started_at + self._samples / REALTIME_RATE - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)  # real-time pacing: the track is the clock
+        chunk = bytes(self._queue[: 2 * FRAME_SAMPLES])
+        del self._queue[: 2 * FRAME_SAMPLES]
+        if not self._queue and self._response_id is not None and chunk:
+            self._tell(server_event(OutputAudioBufferStopped, response_id=self._response_id))
+            self._response_id = None
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(chunk.ljust(2 * FRAME_SAMPLES, b"\0"))
+        frame.sample_rate = REALTIME_RATE
+        frame.pts = self._samples
+        frame.time_base = fractions.Fraction(1, REALTIME_RATE)
+        self._samples += FRAME_SAMPLES
+        return frame
+
+
+class WebRTCTransport:
+    """One call's peer connection as the session's transport."""
+
+    def __init__(self, peer: RTCPeerConnection) -> None:
+        self._peer = peer
+        self._incoming: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self._channel: Any = None
+        self._unsent: list[str] = []
+        """Server events from before the data channel opened (``session.created``)."""
+        self.answer = AnswerTrack(self._send_event)
+        self._tasks: set[asyncio.Task[None]] = set()
+        peer.on("datachannel", self._on_channel)
+        peer.on("track", self._on_track)
+        peer.on("connectionstatechange", self._on_state)
+
+    @classmethod
+    async def answer_offer(cls, offer_sdp: str) -> tuple["WebRTCTransport", str]:
+        """A transport for the call ``offer_sdp`` opens, and the SDP answer."""
+        if "m=audio" not in offer_sdp:
+            raise BadOffer("the SDP offer has no audio: offer a microphone track (m=audio)")
+        peer = RTCPeerConnection()
+        transport = cls(peer)
+        try:
+            await peer.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            peer.addTrack(transport.answer)
+            await peer.setLocalDescription(await peer.createAnswer())
+        except Exception as exc:
+            await peer.close()
+            raise BadOffer(f"the SDP offer could not be answered: {str(exc)[:200]}") from None
+        return transport, peer.localDescription.sdp
+
+    async def receive(self) -> str | bytes:
+        message = await self._incoming.get()
+        if message is None:
+            raise ClientLeft
+        return message
+
+    async def send(self, text: str) -> None:
+        if '"response.output_audio.delta"' in text:
+            event = json.loads(text)
+            self.answer.play(event["response_id"], base64.b64decode(event["delta"]))
+            return  # played on the audio track, not sent as an event
+        if '"input_audio_buffer.speech_started"' in text or ('"response.done"' in text and '"cancelled"' in text):
+            self.answer.clear()  # barge-in: the server stops playing at once
+        self._send_text(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        self._incoming.put_nowait(None)
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self._peer.close()
+
+    def _send_event(self, event: Any) -> None:
+        self._send_text(encode(event))
+
+    def _send_text(self, text: str) -> None:
+        if self._channel is None or self._channel.readyState != "open":
+            self._unsent.append(text)
+            return
+        self._channel.send(text)
+
+    def _on_channel(self, channel: Any) -> None:
+        if channel.label != DATA_CHANNEL:
+            return
+        self._channel = channel
+
+        def opened() -> None:
+            unsent, self._unsent = self._unsent, []
+            for text in unsent:
+                channel.send(text)
+
+        channel.on("open", opened)
+        if channel.readyState == "open":
+            opened()
+        channel.on("message", self._on_message)
+        channel.on("close", lambda: self._incoming.put_nowait(None))
+
+    def _on_message(self, message: str | bytes) -> None:
+        if isinstance(message, str) and '"output_audio_buffer.clear"' in message:
+            self.answer.clear()  # the client asks the server to stop playing
+            return
+        self._incoming.put_nowait(message)
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            task = spawn_detached(self._microphone(track))
+            self._tasks.add(task)
+
+    async def _microphone(self, track: MediaStreamTrack) -> None:
+        """The caller's audio as ``input_audio_buffer.append`` events of 100 ms."""
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=REALTIME_RATE)
+        pending = bytearray()
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                self._incoming.put_nowait(None)
+                return
+            assert isinstance(frame, av.AudioFrame)  # an audio track's frames
+            for converted in resampler.resample(frame):
+                pending += bytes(converted.planes[0])[: 2 * converted.samples]
+            if len(pending) >= 10 * FRAME_SAMPLES:
+                audio = base64.b64encode(bytes(pending)).decode("ascii")
+                pending.clear()
+                self._incoming.put_nowait(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+
+    async def _on_state(self) -> None:
+        if self._peer.connectionState in ("failed", "closed"):
+            self._incoming.put_nowait(None)
