@@ -56,6 +56,9 @@ class AnswerTrack(MediaStreamTrack):
         self._tell = tell
         self._queue = bytearray()
         self._response_id: str | None = None
+        """The response whose audio is playing (``started`` was said, ``stopped`` not yet)."""
+        self._finished: str | None = None
+        """A response whose audio is all here: ``stopped`` once it has played."""
         self._started_at: float | None = None
         self._samples = 0
 
@@ -64,6 +67,10 @@ class AnswerTrack(MediaStreamTrack):
             self._response_id = response_id
             self._tell(server_event(OutputAudioBufferStarted, response_id=response_id))
         self._queue += pcm16
+
+    def finish(self, response_id: str) -> None:
+        """``response_id`` sent all its audio: playback stops when it has played."""
+        self._finished = response_id
 
     def clear(self) -> None:
         """Stop playing now, dropping what was queued."""
@@ -80,7 +87,7 @@ class AnswerTrack(MediaStreamTrack):
             await asyncio.sleep(wait)  # real-time pacing: the track is the clock
         chunk = bytes(self._queue[: 2 * FRAME_SAMPLES])
         del self._queue[: 2 * FRAME_SAMPLES]
-        if not self._queue and self._response_id is not None and chunk:
+        if not self._queue and self._response_id is not None and self._response_id == self._finished:
             self._tell(server_event(OutputAudioBufferStopped, response_id=self._response_id))
             self._response_id = None
         frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
@@ -134,9 +141,15 @@ class WebRTCTransport:
             event = json.loads(text)
             self.answer.play(event["response_id"], base64.b64decode(event["delta"]))
             return  # played on the audio track, not sent as an event
-        if '"input_audio_buffer.speech_started"' in text or ('"response.done"' in text and '"cancelled"' in text):
-            self.answer.clear()  # barge-in: the server stops playing at once
         self._send_text(text)
+        if '"input_audio_buffer.speech_started"' in text:
+            self.answer.clear()  # barge-in: the server stops playing at once (then says so)
+        elif '"response.done"' in text:
+            done = json.loads(text)["response"]
+            if done["status"] == "cancelled":
+                self.answer.clear()
+            else:
+                self.answer.finish(done["id"])
 
     async def close(self, code: int, reason: str) -> None:
         self._incoming.put_nowait(None)

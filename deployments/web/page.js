@@ -1,4 +1,6 @@
-// The voice page: the microphone to /v1/realtime over a WebSocket, the answer played back.
+// The voice page: the microphone to the server and the answer played back, over WebRTC
+// (POST /v1/realtime/calls: the server plays the audio and stops it on a barge-in) or a
+// WebSocket (/v1/realtime: the page plays the audio deltas and stops them itself).
 // Everything here ships with the server (no CDN). window.s2s holds the page's own counters,
 // which the browser tests read.
 
@@ -6,16 +8,22 @@ const RATE = 24000;
 const JITTER_S = 0.08; // a little audio in hand before playback starts: smooths network jitter
 
 const $ = (id) => document.getElementById(id);
-const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, stops: [], errors: [] };
+const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 0, stops: [], errors: [] };
+// stops: per barge-in, ms from speech_started to the last sound of the interrupted answer.
 window.s2s = { stats, connected: false };
 
-let socket = null;
+let socket = null; // { send(text), close() } over either transport
+let peer = null;
 let context = null;
 let microphone = null;
 let playing = null; // { itemId, chunks: [{ source, start, duration }] } of the answer being played
 let nextStart = 0;
+const interrupted = new Set(); // answers a barge-in cut: their late audio is dropped
 
 $("url").value = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
+if (!window.RTCPeerConnection) $("transport").value = "websocket";
+const params = new URLSearchParams(location.search);
+if (params.get("transport")) $("transport").value = params.get("transport");
 
 $("connect-form").addEventListener("submit", (event) => {
   event.preventDefault();
@@ -36,33 +44,93 @@ async function connect() {
   silent.gain.value = 0; // the worklet runs only when it leads to the output
   context.createMediaStreamSource(microphone).connect(capture).connect(silent).connect(context.destination);
   const key = $("key").value.trim();
+  window.s2s.transport = $("transport").value;
+  if (window.s2s.transport === "webrtc") {
+    capture.port.onmessage = ({ data }) => ($("level").value = data.peak); // audio goes on the track
+    await call(key);
+  } else {
+    openSocket(key);
+    capture.port.onmessage = ({ data }) => {
+      $("level").value = data.peak;
+      if (socket && socket.open()) {
+        socket.send(JSON.stringify({ type: "input_audio_buffer.append", audio: toBase64(data.pcm) }));
+        stats.sentMs += (data.pcm.byteLength / 2 / RATE) * 1000;
+      }
+    };
+  }
+  $("connect").textContent = "Disconnect";
+}
+
+function openSocket(key) {
   const protocols = key ? ["realtime", `openai-insecure-api-key.${key}`] : ["realtime"];
-  socket = new WebSocket($("url").value, protocols);
-  socket.onopen = () => setStatus("Connected: speak");
-  socket.onmessage = (message) => onEvent(JSON.parse(message.data));
-  socket.onclose = (close) => {
+  const ws = new WebSocket($("url").value, protocols);
+  socket = { send: (text) => ws.send(text), close: () => ws.close(1000), open: () => ws.readyState === WebSocket.OPEN };
+  ws.onmessage = (message) => onEvent(JSON.parse(message.data));
+  ws.onclose = (close) => {
     const why = close.code === 1000 || close.code === 1005 ? "" : ` (${close.code} ${close.reason})`;
     if (close.code === 1006 && !window.s2s.connected) showError("the server refused the connection (wrong path, key or origin?)");
     teardown(`Disconnected${why}`);
   };
-  capture.port.onmessage = ({ data }) => {
-    $("level").value = data.peak;
-    if (socket && socket.readyState === WebSocket.OPEN) {
-      socket.send(JSON.stringify({ type: "input_audio_buffer.append", audio: toBase64(data.pcm) }));
-      stats.sentMs += (data.pcm.byteLength / 2 / RATE) * 1000;
-    }
+}
+
+// WebRTC: the microphone as an Opus track, events on the "oai-events" data channel, the
+// answer on the server's track. The page only listens: the server stops it on a barge-in.
+async function call(key) {
+  peer = new RTCPeerConnection();
+  microphone.getTracks().forEach((track) => peer.addTrack(track, microphone));
+  const channel = peer.createDataChannel("oai-events");
+  socket = { send: (text) => channel.send(text), close: () => peer && peer.close(), open: () => channel.readyState === "open" };
+  channel.onmessage = (message) => onEvent(JSON.parse(message.data));
+  channel.onclose = () => teardown("Disconnected");
+  peer.ontrack = ({ track }) => listen(new MediaStream([track]));
+  peer.onconnectionstatechange = () => {
+    if (peer && ["failed", "closed"].includes(peer.connectionState)) teardown(`Disconnected (${peer.connectionState})`);
   };
-  $("connect").textContent = "Disconnect";
+  await peer.setLocalDescription(await peer.createOffer());
+  await new Promise((done) => {
+    if (peer.iceGatheringState === "complete") return done();
+    peer.onicegatheringstatechange = () => peer.iceGatheringState === "complete" && done();
+  });
+  const calls = $("url").value.replace(/^ws/, "http").replace(/\/v1\/realtime.*$/, "/v1/realtime/calls");
+  const headers = { "Content-Type": "application/sdp", ...(key ? { Authorization: `Bearer ${key}` } : {}) };
+  const reply = await fetch(calls, { method: "POST", body: peer.localDescription.sdp, headers });
+  if (!reply.ok) {
+    const refusal = await reply.json().catch(() => ({}));
+    throw new Error(refusal.error ? refusal.error.message : `HTTP ${reply.status}`);
+  }
+  await peer.setRemoteDescription({ type: "answer", sdp: await reply.text() });
+}
+
+// What the server plays: heard through an <audio> element (Chrome plays remote tracks only
+// there), measured with an analyser for the page's counters and the barge-in's stop time.
+function listen(stream) {
+  const element = new Audio();
+  element.srcObject = stream;
+  element.play();
+  const analyser = context.createAnalyser();
+  context.createMediaStreamSource(stream).connect(analyser);
+  const samples = new Float32Array(analyser.fftSize);
+  const tick = setInterval(() => {
+    if (!context || context.state === "closed") return clearInterval(tick);
+    analyser.getFloatTimeDomainData(samples);
+    const sounding = samples.some((sample) => Math.abs(sample) > 0.01);
+    if (sounding) stats.playedMs += 20;
+    const bargeIn = window.s2s.bargeIn;
+    if (bargeIn && sounding) bargeIn.lastSound = performance.now();
+    if (bargeIn && performance.now() - bargeIn.at > 3000) settleBargeIn(); // no new answer came
+  }, 20);
 }
 
 function disconnect() {
-  if (socket) socket.close(1000);
+  if (socket) socket.close();
   teardown("Disconnected");
 }
 
 function teardown(status) {
   stopPlayback(false);
   socket = null;
+  if (peer) peer.close();
+  peer = null;
   window.s2s.connected = false;
   if (microphone) microphone.getTracks().forEach((track) => track.stop());
   if (context) context.close();
@@ -78,10 +146,18 @@ function onEvent(event) {
       setStatus(`Connected to ${event.session.model}: speak`);
       break;
     case "input_audio_buffer.speech_started":
-      window.s2s.lastSpeechStartedAt = performance.now();
-      stopPlayback(true); // barge-in: silence at once, and tell the server what was heard
+    {
+      const at = (window.s2s.lastSpeechStartedAt = performance.now());
+      const cut = stopPlayback(true); // barge-in: silence at once, and tell the server what was heard
+      if (cut) {
+        interrupted.add(cut);
+        stats.stops.push(performance.now() - at);
+      } else if (peer && window.s2s.serverPlaying) {
+        window.s2s.bargeIn = { at, lastSound: at }; // the server stops it: listen until it has
+      }
       bubble(event.item_id, "user").textContent = "…";
       break;
+    }
     case "conversation.item.input_audio_transcription.delta":
       appendText(event.item_id, "user", event.delta);
       break;
@@ -95,9 +171,21 @@ function onEvent(event) {
     case "response.output_audio.delta":
       play(event.item_id, event.delta);
       break;
+    case "output_audio_buffer.started":
+      if (window.s2s.bargeIn) settleBargeIn(); // the next answer plays: the old one is over
+      window.s2s.serverPlaying = true;
+      break;
+    case "output_audio_buffer.stopped":
+    case "output_audio_buffer.cleared":
+      window.s2s.serverPlaying = false;
+      break;
     case "response.done":
       stats.responses += 1;
-      if (event.response.status === "cancelled") stopPlayback(false);
+      if (event.response.status === "cancelled") {
+        stats.cancelled += 1;
+        (event.response.output || []).forEach((item) => bubble(item.id, "assistant").classList.add("cut"));
+        stopPlayback(false);
+      }
       if (event.response.status === "failed") showError(`the answer failed: ${event.response.status_details?.error?.code}`);
       break;
     case "error":
@@ -107,7 +195,14 @@ function onEvent(event) {
   }
 }
 
+function settleBargeIn() {
+  const { at, lastSound } = window.s2s.bargeIn;
+  stats.stops.push(lastSound ? lastSound - at : 0);
+  window.s2s.bargeIn = null;
+}
+
 function play(itemId, b64) {
+  if (interrupted.has(itemId)) return; // late audio of an interrupted answer is never played
   const pcm = new Int16Array(fromBase64(b64));
   const buffer = context.createBuffer(1, pcm.length, RATE);
   const samples = buffer.getChannelData(0);
@@ -126,8 +221,9 @@ function play(itemId, b64) {
   };
 }
 
+// Stop what the page plays; the item it cut (null: nothing was still to play).
 function stopPlayback(report) {
-  if (!playing) return;
+  if (!playing) return null;
   const now = context ? context.currentTime : 0;
   let heard = 0;
   let cut = false;
@@ -141,14 +237,15 @@ function stopPlayback(report) {
       chunk.source.stop();
     }
   }
-  if (cut && report && window.s2s.lastSpeechStartedAt) stats.stops.push(performance.now() - window.s2s.lastSpeechStartedAt);
-  if (cut && report && socket && socket.readyState === WebSocket.OPEN) {
+  if (cut && report && socket && socket.open()) {
     const truncate = { type: "conversation.item.truncate", item_id: playing.itemId, content_index: 0 };
     socket.send(JSON.stringify({ ...truncate, audio_end_ms: Math.floor(heard * 1000) }));
     bubble(playing.itemId, "assistant").classList.add("cut");
   }
+  const cutItem = cut ? playing.itemId : null;
   playing = null;
   nextStart = 0;
+  return cutItem;
 }
 
 function bubble(itemId, role) {

@@ -1,6 +1,7 @@
 """The voice page in a real browser: Debian's chromium, headless, its microphone a WAV file of
 Piper speaking, over the WebSocket, against the served pipeline (real models)."""
 
+import json
 import shutil
 import wave
 from collections.abc import AsyncIterator, Callable
@@ -58,41 +59,62 @@ async def browser_with(tmp_path: Path) -> AsyncIterator[Callable[[Path], Any]]:
             await browser.close()
 
 
-async def open_page(browser: Browser, realtime_url: str) -> Page:
+TRANSPORTS = pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+STOP_WITHIN_MS = {"websocket": 150, "webrtc": 1500}
+"""Over the WebSocket the page stops its own playback (measured 0-3 ms). Over WebRTC the server
+stops it, and what was on the wire and in the browser's jitter buffer still plays: measured
+900 ms here with the machine loaded (an aiortc caller hears 0.1 s: tests/e2e/test_webrtc.py);
+the bound says it stops, not that it is fast yet."""
+
+
+async def open_page(browser: Browser, realtime_url: str, transport: str) -> Page:
     page = await browser.new_page(viewport={"width": 390, "height": 800})  # a phone's screen
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    await page.goto(realtime_url.replace("ws://", "http://").removesuffix("/v1") + "/")
+    base = realtime_url.replace("ws://", "http://").removesuffix("/v1")
+    await page.goto(f"{base}/?transport={transport}")
     await page.click("#connect")
     await page.wait_for_function("window.s2s.connected === true", timeout=30_000)
     assert errors == []
     return page
 
 
+@TRANSPORTS
 async def test_the_page_hears_the_question_and_plays_the_answer(
-    browser_with: Callable[[Path], Any], realtime_url: str, speak: Callable[..., np.ndarray], tmp_path: Path
+    browser_with: Callable[[Path], Any],
+    realtime_url: str,
+    speak: Callable[..., np.ndarray],
+    tmp_path: Path,
+    transport: str,
 ) -> None:
     question = speak("What is the capital of France?", silence_s=0.5)
     browser = await browser_with(microphone_file(tmp_path / "mic.wav", [question, silence(30)]))
-    page = await open_page(browser, realtime_url)
+    page = await open_page(browser, realtime_url, transport)
     await page.wait_for_function("window.s2s.stats.responses >= 1 && window.s2s.stats.playedMs > 500", timeout=60_000)
     heard = await page.inner_text("li.user")
     assert "capital" in heard.lower() or "france" in heard.lower(), heard  # robust to a misheard word
     assert (await page.inner_text("li.assistant")).strip()
     stats = await page.evaluate("window.s2s.stats")
-    assert stats["errors"] == [] and stats["receivedMs"] >= stats["playedMs"] > 500
+    assert stats["errors"] == [] and stats["playedMs"] > 500
+    if transport == "websocket":  # the page plays the deltas it received
+        assert stats["receivedMs"] >= stats["playedMs"]
     assert await page.is_hidden("#error")
     ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "voice-page-websocket.png"), full_page=True)
+    await page.screenshot(path=str(ARTIFACTS / f"voice-page-{transport}.png"), full_page=True)
 
 
+@TRANSPORTS
 async def test_speech_during_the_answer_stops_playback_at_once(
-    browser_with: Callable[[Path], Any], realtime_url: str, speak: Callable[..., np.ndarray], tmp_path: Path
+    browser_with: Callable[[Path], Any],
+    realtime_url: str,
+    speak: Callable[..., np.ndarray],
+    tmp_path: Path,
+    transport: str,
 ) -> None:
     first = speak(LONG_QUESTION, silence_s=0.5)
     barge_in = speak("Stop. What is two plus two?", silence_s=0.5)
-    browser = await browser_with(microphone_file(tmp_path / "mic.wav", [first, silence(4.0), barge_in, silence(30)]))
-    page = await open_page(browser, realtime_url)
+    browser = await browser_with(microphone_file(tmp_path / "mic.wav", [first, silence(8.0), barge_in, silence(30)]))
+    page = await open_page(browser, realtime_url, transport)
     try:
         await page.wait_for_function("window.s2s.stats.stops.length >= 1", timeout=90_000)
     except Exception:
@@ -102,6 +124,8 @@ async def test_speech_during_the_answer_stops_playback_at_once(
         raise AssertionError(f"no playback was stopped: {seen}") from None
     await page.wait_for_function("window.s2s.stats.responses >= 2", timeout=60_000)
     stats = await page.evaluate("window.s2s.stats")
-    assert stats["stops"][0] <= 150, f"playback stopped {stats['stops'][0]:.0f} ms after speech_started"
+    print(json.dumps({"transport": transport, "browser_stop_after_speech_started_ms": round(stats["stops"][0])}))
+    assert stats["stops"][0] <= STOP_WITHIN_MS[transport], f"playback stopped {stats['stops'][0]:.0f} ms after"
+    assert stats["cancelled"] >= 1, "the first answer was cut by the barge-in"
     assert await page.locator("li.assistant.cut").count() >= 1, "the interrupted answer is marked so"
     assert stats["errors"] == []
