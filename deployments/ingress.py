@@ -122,6 +122,7 @@ class RealtimeIngress:
         body = {
             "ok": not self._closing,
             "sessions": len(self._sessions),
+            "admitted": self._admitted,
             "scopes": directory.open_sessions if directory is not None else 0,
         }
         return JSONResponse(body, status_code=503 if self._closing else 200)

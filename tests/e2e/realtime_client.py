@@ -2,6 +2,8 @@
 
 import asyncio
 import base64
+import json
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -53,6 +55,21 @@ def is_done(event: Any) -> bool:
 
 def audio_of(client: Client, response_id: str) -> bytes:
     return b"".join(base64.b64decode(e.delta) for e in client.of_type("response.output_audio.delta", response_id))
+
+
+async def sessions_released(realtime_url: str, timeout_s: float = 20) -> None:
+    """Wait until the server counts no session against its cap: a client's close reaches the
+    server, and the session is released (its scope closed on its host), a moment later."""
+    health = realtime_url.replace("ws://", "http://").removesuffix("/v1") + "/healthz"
+
+    def admitted() -> int:
+        with urllib.request.urlopen(health, timeout=10) as reply:
+            count: int = json.loads(reply.read())["admitted"]
+        return count
+
+    async with asyncio.timeout(timeout_s):
+        while await asyncio.to_thread(admitted):
+            await asyncio.sleep(0.2)  # polling another process: no event reaches the test
 
 
 @asynccontextmanager

@@ -8,7 +8,7 @@ import signal
 import pytest
 import ray
 from ray.util.state import list_actors
-from realtime_client import Client, audio_of, open_client
+from realtime_client import Client, audio_of, open_client, sessions_released
 
 from handlers.audio import REALTIME_RATE
 
@@ -43,6 +43,12 @@ async def answer(client: Client, response_id: str | None = None) -> tuple[str, i
     words = len(transcripts[0].transcript.split()) if transcripts else 0
     seconds = len(audio_of(client, done.response.id)) / (2 * REALTIME_RATE)
     return done.response.status, words, seconds
+
+
+@pytest.fixture(autouse=True)
+async def released(realtime_url: str) -> None:
+    """Each test starts with the cap free: the sessions of the test before are released."""
+    await sessions_released(realtime_url)
 
 
 @pytest.fixture(scope="module")
