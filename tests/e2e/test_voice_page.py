@@ -67,6 +67,12 @@ stops it, and what was on the wire and in the browser's jitter buffer still play
 the bound says it stops, not that it is fast yet."""
 
 
+async def hang_up(page: Page) -> None:
+    """Disconnect as a user would: the server ends the session now, not when the call times out."""
+    await page.click("#connect")
+    await page.wait_for_function("window.s2s.connected === false", timeout=10_000)
+
+
 async def open_page(browser: Browser, realtime_url: str, transport: str) -> Page:
     page = await browser.new_page(viewport={"width": 390, "height": 800})  # a phone's screen
     errors: list[str] = []
@@ -101,6 +107,7 @@ async def test_the_page_hears_the_question_and_plays_the_answer(
     assert await page.is_hidden("#error")
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(ARTIFACTS / f"voice-page-{transport}.png"), full_page=True)
+    await hang_up(page)
 
 
 @TRANSPORTS
@@ -129,3 +136,4 @@ async def test_speech_during_the_answer_stops_playback_at_once(
     assert stats["cancelled"] >= 1, "the first answer was cut by the barge-in"
     assert await page.locator("li.assistant.cut").count() >= 1, "the interrupted answer is marked so"
     assert stats["errors"] == []
+    await hang_up(page)
