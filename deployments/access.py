@@ -21,6 +21,7 @@ API_KEY_SUBPROTOCOL = "openai-insecure-api-key."
 SERVED_PATHS = [
     "/v1/realtime (WebSocket)",
     "POST /v1/realtime/calls (WebRTC)",
+    "/v1/realtime/ice-servers",
     "/ (the voice page)",
     "/healthz",
     "/readyz",

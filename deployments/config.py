@@ -79,6 +79,33 @@ class InputLimits(BaseModel):
     strike_window_s: float = Field(10.0, gt=0)
 
 
+class IceServer(BaseModel):
+    """A STUN or TURN server for WebRTC calls, as a browser's ``RTCIceServer`` names one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    urls: list[str] = Field(min_length=1)
+    """``stun:host:port`` or ``turn:host:port?transport=udp`` (``turns:`` for TLS)."""
+    username: str | None = None
+    credential_env: str | None = None
+    """Name of an environment variable holding the TURN credential (a Secret in the chart);
+    the replica fails to start if it is unset."""
+    offer_to_page: bool = True
+    """Also give it to the voice page (``GET /v1/realtime/ice-servers``), credential
+    included: offer only credentials meant for browsers."""
+
+
+class WebRTCConfig(BaseModel):
+    """Where a call's media can meet when the ingress's own addresses are not reachable over
+    UDP from the caller (pods on Kubernetes): the server gathers candidates through these
+    servers, and the voice page offers its own through those it is given. Empty (the
+    default): host candidates only, which is all a local machine needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ice_servers: list[IceServer] = []
+
+
 class IngressConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,6 +152,8 @@ class IngressConfig(BaseModel):
     header (SDKs, servers) are not browsers and are not checked."""
     ready_timeout_s: float = Field(2.0, gt=0)
     """How long ``/readyz`` waits for each model deployment to answer."""
+    webrtc: WebRTCConfig = WebRTCConfig()
+    """STUN/TURN servers for ``POST /v1/realtime/calls``."""
     shutdown_poll_s: float = Field(5.0, gt=0)
     """How often open sessions check for a shutdown (a Serve status call costs ~50 ms CPU)."""
 

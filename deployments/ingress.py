@@ -18,10 +18,11 @@ from fastapi.responses import JSONResponse, Response
 from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
-from ray.serve.schema import ApplicationStatusOverview, ReplicaState
+from ray.serve.schema import ReplicaState
 
 from cancel import ScopeDirectory, spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
+from deployments.app_status import AppStatus
 from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
@@ -37,7 +38,7 @@ from deployments.realtime.protocol import (
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
-from deployments.realtime.webrtc import BadOffer, WebRTCTransport
+from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
 
@@ -45,31 +46,6 @@ logger = logging.getLogger(__name__)
 
 api = FastAPI(title="s2s-serve realtime ingress")
 add_page(api)  # before the class's routes: its catch-all must come last
-
-
-class _AppStatus:
-    """This application's Serve status, fetched at most once per ``max_age_s``.
-
-    A ``serve.status()`` call costs ~50 ms of CPU (it rebuilds every deployment's config);
-    the shutdown watch and ``/stats`` share one cached answer instead of paying per call.
-    """
-
-    def __init__(self, max_age_s: float) -> None:
-        self._max_age_s = max_age_s
-        self._fetched_at = -max_age_s
-        self._fetching: asyncio.Future[ApplicationStatusOverview | None] | None = None
-
-    async def get(self) -> "ApplicationStatusOverview | None":
-        now = asyncio.get_running_loop().time()
-        if self._fetching is None or (self._fetching.done() and now - self._fetched_at >= self._max_age_s):
-            self._fetched_at = now
-            # Shared by every caller, so owned by none: a cancelled request must not fail it.
-            self._fetching = spawn_detached(asyncio.to_thread(_fetch_app_status))
-        return await asyncio.shield(self._fetching)
-
-
-def _fetch_app_status() -> "ApplicationStatusOverview | None":
-    return serve.status().applications.get(serve.get_replica_context().app_name)
 
 
 def _metrics_urls() -> list[str]:
@@ -107,11 +83,12 @@ class RealtimeIngress:
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
         self._access = Access(config.api_key_env, config.allowed_origins)
+        self._ice_servers = IceServers.from_config(config.webrtc.ice_servers)
         self._sessions: set[RealtimeSession] = set()
         self._admitted = 0
         """Sessions counted against the cap: from admission (before any await) to the end."""
         self._metrics = IngressMetrics()
-        self._app_status = _AppStatus(config.shutdown_poll_s)
+        self._app_status = AppStatus(config.shutdown_poll_s)
         self._directory: asyncio.Task[ScopeDirectory] | None = None
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
@@ -199,7 +176,7 @@ class RealtimeIngress:
             return refusal(503, turned_away.error.code or "unavailable", turned_away.error.message)
         offer = (await request.body()).decode(errors="replace")
         try:
-            transport, answer = await WebRTCTransport.answer_offer(offer)
+            transport, answer = await WebRTCTransport.answer_offer(offer, self._ice_servers.for_server)
         except BadOffer as exc:
             return refusal(400, "invalid_offer", str(exc))
         self._admitted += 1  # counted before any await that follows
@@ -210,6 +187,15 @@ class RealtimeIngress:
         # The call outlives this request: owned by none (a recursive cancel must not end it).
         spawn_detached(self._serve(transport)).add_done_callback(released)
         return Response(answer, status_code=201, media_type="application/sdp")
+
+    @api.get("/v1/realtime/ice-servers")
+    async def ice_servers(self, request: Request) -> JSONResponse:
+        """The STUN/TURN servers the voice page gives its calls (``ingress.webrtc``), as
+        ``RTCPeerConnection``'s ``iceServers``; behind the same key and origin as a call."""
+        refused = self._access.refusal(request, [])
+        if refused is not None:
+            return refusal(403, "access_refused", refused)
+        return JSONResponse(self._ice_servers.for_page)
 
     # Last, so that they match only what no route above does.
     @api.websocket("/{path:path}")

@@ -56,6 +56,7 @@ def values_schema() -> dict[str, Any]:
                 ),
                 "imagePullSecrets": {"type": "array", "items": {"type": "object"}},
                 "hubToken": _object({"secretName": _STRING, "key": _STRING}),
+                "turnCredential": _object({"secretName": _STRING, "key": _STRING}),
                 "serve": _object(
                     {
                         "proxyLocation": {"enum": ["Disabled", "HeadOnly", "EveryNode"]},

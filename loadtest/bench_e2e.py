@@ -12,7 +12,10 @@ microphone would:
   piece, TTS first audio, first audio queued, in ms from ``speech_stopped``; and whether
   the answer started speculatively in the pause was adopted), as medians over the turns;
 - barge-in: the user speaks during an answer; ``speech_started`` -> the last audio delta
-  of the old response to arrive (0 when none follows it), and -> its ``response.done``.
+  of the old response to arrive (0 when none follows it), and -> its ``response.done``;
+- the same questions over a WebRTC call (``POST /v1/realtime/calls``, an aiortc caller):
+  end of speech (its last frame sent on the microphone track) -> the first frame of sound
+  on the answer's track, Opus both ways and the caller's jitter buffer included.
 
 Readable lines, then one JSON object on the last line.
 """
@@ -25,6 +28,7 @@ import socket
 import statistics
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from openai import AsyncOpenAI
 
 from handlers.audio import REALTIME_RATE, float_to_pcm16, resample
 from handlers.tts import TextToSpeech
+from loadtest.webrtc_call import Call
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -189,6 +194,36 @@ async def bench_barge_in(url: str, speaker: Speaker, rounds: int) -> dict[str, A
     }
 
 
+def _a_response_done_not_in(answered: set[str]) -> Callable[[dict[str, Any]], bool]:
+    return lambda event: event["type"] == "response.done" and event["response"]["id"] not in answered
+
+
+async def bench_webrtc_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
+    voice_to_voice = []
+    call = Call()
+    status, answer = await call.dial(url.replace("ws", "http", 1) + "/realtime/calls")
+    assert status == 201, answer
+    try:
+        await call.until(lambda e: e["type"] == "session.created")
+        await call.microphone.say(bytes(REALTIME_RATE))  # half a second of silence: the call settles
+        for turn in range(turns):
+            answered = {e["response"]["id"] for e in call.of_type("response.done")}
+            speech_end = await call.microphone.say(speaker.speech(QUESTIONS[turn % len(QUESTIONS)]))
+            done = await call.until(_a_response_done_not_in(answered))
+            played = done["response"]["id"]
+            await call.until(lambda e: e["type"] == "output_audio_buffer.stopped" and e["response_id"] == played)
+            first_sound = next(t for t in call.sound_at if t > speech_end)
+            voice_to_voice.append((first_sound - speech_end) * 1000)
+            print(f"webrtc turn {turn + 1:2d}: voice-to-voice {voice_to_voice[-1]:7.1f} ms", flush=True)
+    finally:
+        await call.hang_up()
+    return {
+        "webrtc_turns": turns,
+        "webrtc_voice_to_voice_ms_p50": percentile(voice_to_voice, 50),
+        "webrtc_voice_to_voice_ms_p95": percentile(voice_to_voice, 95),
+    }
+
+
 def start_local_app(config: Path) -> str:
     import ray
     from ray import serve
@@ -216,6 +251,7 @@ async def main() -> None:
     speaker = Speaker()
     result = await bench_turns(url, speaker, args.turns)
     result |= await bench_barge_in(url, speaker, args.barge_ins)
+    result |= await bench_webrtc_turns(url, speaker, args.turns)
     print(json.dumps(result))
 
 

@@ -9,7 +9,8 @@ A call is the same :class:`RealtimeSession` behind another :class:`Transport`:
   (``speech_started``, a cancelled ``response.done``) or ``output_audio_buffer.clear``
   empties its queue: playback stops at once, with ``output_audio_buffer.cleared``; and
   ``output_audio_buffer.started``/``stopped`` say when the answer begins and ends playing.
-A call whose peer goes (ICE failure, tab closed, hang-up) ends its session within seconds.
+A call whose peer goes (hang-up, a closed channel, a failed connection, or its microphone
+falling silent for ``PEER_GONE_AFTER_S``: a tab closed, a network gone) ends its session.
 """
 
 import asyncio
@@ -17,12 +18,14 @@ import base64
 import contextlib
 import fractions
 import json
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import av
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime.realtime_server_event import (
@@ -32,6 +35,7 @@ from openai.types.realtime.realtime_server_event import (
 )
 
 from cancel import spawn_detached
+from deployments.config import IceServer
 from deployments.realtime.protocol import encode, server_event
 from deployments.realtime.transport import ClientLeft
 from handlers.audio import REALTIME_RATE
@@ -39,10 +43,42 @@ from handlers.audio import REALTIME_RATE
 FRAME_SAMPLES = REALTIME_RATE // 50
 """20 ms: the frame the answer track plays and the microphone is batched in (×5)."""
 DATA_CHANNEL = "oai-events"
+PEER_GONE_AFTER_S = 5.0
+"""No microphone frame for this long (twice this for the first): the peer is gone. A browser
+sends one every 20 ms while its track lives, muted or not; ICE's consent check alone takes
+~30 s. Only a caller whose offer sends audio has a track to watch (``_on_track``)."""
 
 
 class BadOffer(ValueError):
     """The SDP offer cannot be answered (HTTP 400 with this message)."""
+
+
+@dataclass(frozen=True)
+class IceServers:
+    """The configured STUN/TURN servers (``ingress.webrtc``), credentials read from the
+    environment: for the server's peer connections, and as the voice page is given them."""
+
+    for_server: list[RTCIceServer]
+    for_page: list[dict[str, Any]]
+
+    @classmethod
+    def from_config(cls, servers: list[IceServer]) -> "IceServers":
+        for_server, for_page = [], []
+        for server in servers:
+            credential = _credential(server.credential_env)
+            for_server.append(RTCIceServer(server.urls, server.username, credential))
+            if server.offer_to_page:
+                entry = {"urls": server.urls, "username": server.username, "credential": credential}
+                for_page.append({key: value for key, value in entry.items() if value is not None})
+        return cls(for_server, for_page)
+
+
+def _credential(variable: str | None) -> str | None:
+    if variable is None:
+        return None
+    if variable not in os.environ:
+        raise RuntimeError(f"an ingress.webrtc ICE server's credential_env names {variable!r}, which is not set")
+    return os.environ[variable]
 
 
 class AnswerTrack(MediaStreamTrack):
@@ -115,11 +151,12 @@ class WebRTCTransport:
         peer.on("connectionstatechange", self._on_state)
 
     @classmethod
-    async def answer_offer(cls, offer_sdp: str) -> tuple["WebRTCTransport", str]:
-        """A transport for the call ``offer_sdp`` opens, and the SDP answer."""
+    async def answer_offer(cls, offer_sdp: str, ice_servers: list[RTCIceServer]) -> tuple["WebRTCTransport", str]:
+        """A transport for the call ``offer_sdp`` opens, and the SDP answer (with the
+        candidates gathered through ``ice_servers`` too)."""
         if "m=audio" not in offer_sdp:
             raise BadOffer("the SDP offer has no audio: offer a microphone track (m=audio)")
-        peer = RTCPeerConnection()
+        peer = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers))
         transport = cls(peer)
         try:
             await peer.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
@@ -198,12 +235,15 @@ class WebRTCTransport:
         """The caller's audio as ``input_audio_buffer.append`` events of 100 ms."""
         resampler = av.AudioResampler(format="s16", layout="mono", rate=REALTIME_RATE)
         pending = bytearray()
+        wait_s = 2 * PEER_GONE_AFTER_S  # the first frame waits for the connection's set-up too
         while True:
             try:
-                frame = await track.recv()
-            except MediaStreamError:
-                self._incoming.put_nowait(None)
+                async with asyncio.timeout(wait_s):
+                    frame = await track.recv()
+            except (MediaStreamError, TimeoutError):
+                self._incoming.put_nowait(None)  # hung up, or gone without a word
                 return
+            wait_s = PEER_GONE_AFTER_S
             assert isinstance(frame, av.AudioFrame)  # an audio track's frames
             for converted in resampler.resample(frame):
                 pending += bytes(converted.planes[0])[: 2 * converted.samples]

@@ -14,6 +14,7 @@ window.s2s = { stats, connected: false };
 
 let socket = null; // { send(text), close() } over either transport
 let peer = null;
+let answerGain = null; // over WebRTC: the volume of what the server plays
 let context = null;
 let microphone = null;
 let playing = null; // { itemId, chunks: [{ source, start, duration }] } of the answer being played
@@ -76,7 +77,11 @@ function openSocket(key) {
 // WebRTC: the microphone as an Opus track, events on the "oai-events" data channel, the
 // answer on the server's track. The page only listens: the server stops it on a barge-in.
 async function call(key) {
-  peer = new RTCPeerConnection();
+  const api = $("url").value.replace(/^ws/, "http").replace(/\/v1\/realtime.*$/, "/v1/realtime");
+  const auth = key ? { Authorization: `Bearer ${key}` } : {};
+  // The STUN/TURN servers the server was given (none on a local machine: host candidates do).
+  const ice = await fetch(`${api}/ice-servers`, { headers: auth });
+  peer = new RTCPeerConnection({ iceServers: ice.ok ? await ice.json() : [] });
   microphone.getTracks().forEach((track) => peer.addTrack(track, microphone));
   const channel = peer.createDataChannel("oai-events");
   socket = { send: (text) => channel.send(text), close: () => peer && peer.close(), open: () => channel.readyState === "open" };
@@ -91,9 +96,8 @@ async function call(key) {
     if (peer.iceGatheringState === "complete") return done();
     peer.onicegatheringstatechange = () => peer.iceGatheringState === "complete" && done();
   });
-  const calls = $("url").value.replace(/^ws/, "http").replace(/\/v1\/realtime.*$/, "/v1/realtime/calls");
-  const headers = { "Content-Type": "application/sdp", ...(key ? { Authorization: `Bearer ${key}` } : {}) };
-  const reply = await fetch(calls, { method: "POST", body: peer.localDescription.sdp, headers });
+  const headers = { "Content-Type": "application/sdp", ...auth };
+  const reply = await fetch(`${api}/calls`, { method: "POST", body: peer.localDescription.sdp, headers });
   if (!reply.ok) {
     const refusal = await reply.json().catch(() => ({}));
     throw new Error(refusal.error ? refusal.error.message : `HTTP ${reply.status}`);
@@ -101,14 +105,19 @@ async function call(key) {
   await peer.setRemoteDescription({ type: "answer", sdp: await reply.text() });
 }
 
-// What the server plays: heard through an <audio> element (Chrome plays remote tracks only
-// there), measured with an analyser for the page's counters and the barge-in's stop time.
+// What the server plays: through a gain node, so that a barge-in silences it at once (the
+// server stops sending too, but what is already on the wire and in the browser's jitter buffer
+// would still play for up to a second), and unmuted when the next answer starts. Chrome feeds
+// a remote track to Web Audio only while a media element plays it, so a muted one does.
+// The analyser listens after the gain: the page's counters are what the user hears.
 function listen(stream) {
   const element = new Audio();
+  element.muted = true;
   element.srcObject = stream;
   element.play();
+  answerGain = context.createGain();
   const analyser = context.createAnalyser();
-  context.createMediaStreamSource(stream).connect(analyser);
+  context.createMediaStreamSource(stream).connect(answerGain).connect(analyser).connect(context.destination);
   const samples = new Float32Array(analyser.fftSize);
   const tick = setInterval(() => {
     if (!context || context.state === "closed") return clearInterval(tick);
@@ -121,6 +130,10 @@ function listen(stream) {
   }, 20);
 }
 
+function muteAnswer(muted) {
+  if (answerGain) answerGain.gain.value = muted ? 0 : 1;
+}
+
 function disconnect() {
   if (socket) socket.close();
   teardown("Disconnected");
@@ -130,7 +143,7 @@ function teardown(status) {
   stopPlayback(false);
   socket = null;
   if (peer) peer.close();
-  peer = null;
+  peer = answerGain = null;
   window.s2s.connected = false;
   if (microphone) microphone.getTracks().forEach((track) => track.stop());
   if (context) context.close();
@@ -153,7 +166,8 @@ function onEvent(event) {
         interrupted.add(cut);
         stats.stops.push(performance.now() - at);
       } else if (peer && window.s2s.serverPlaying) {
-        window.s2s.bargeIn = { at, lastSound: at }; // the server stops it: listen until it has
+        muteAnswer(true); // the server stops it too; the page silences what is still on its way
+        window.s2s.bargeIn = { at, lastSound: at }; // listen for any sound until the next answer
       }
       bubble(event.item_id, "user").textContent = "…";
       break;
@@ -173,6 +187,7 @@ function onEvent(event) {
       break;
     case "output_audio_buffer.started":
       if (window.s2s.bargeIn) settleBargeIn(); // the next answer plays: the old one is over
+      muteAnswer(false);
       window.s2s.serverPlaying = true;
       break;
     case "output_audio_buffer.stopped":

@@ -306,3 +306,33 @@ def test_a_label_selector_no_worker_group_satisfies_fails_the_render() -> None:
 def test_bad_values_get_a_clear_error_from_the_schema(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmError, match=f"at '{where}"):
         render(copy.deepcopy(values))
+
+
+TURN = {
+    "ice_servers": [
+        {
+            "urls": ["turn:turn.example.com:3478?transport=udp"],
+            "username": "s2s",
+            "credential_env": "S2S_TURN_CREDENTIAL",
+        }
+    ]
+}
+
+
+def test_webrtc_through_turn_gets_its_servers_in_the_app_and_its_credential_on_every_pod() -> None:
+    values = {"serve": {"app": {"args": {"ingress": {"webrtc": TURN}}}}, "turnCredential": {"secretName": "turn"}}
+    service = rayservice(values)
+    jsonschema.validate(service, CRD_SCHEMA)
+    (app,) = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
+    assert AppConfig.model_validate(app["args"]).ingress.webrtc.ice_servers[0].username == "s2s"
+    cluster = service["spec"]["rayClusterConfig"]
+    for pod in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        (container,) = pod["template"]["spec"]["containers"]
+        secret = {"secretKeyRef": {"name": "turn", "key": "credential"}}
+        assert {"name": "S2S_TURN_CREDENTIAL", "valueFrom": secret} in container["env"]
+    assert "S2S_TURN_CREDENTIAL" not in str(rayservice())  # none by default
+
+
+def test_a_turn_server_whose_credential_no_secret_provides_fails_the_render() -> None:
+    with pytest.raises(helm.HelmError, match="set turnCredential.secretName"):
+        render({"serve": {"app": {"args": {"ingress": {"webrtc": TURN}}}}})

@@ -11,7 +11,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Release.Name }}-serve-svc
 {{- end -}}
 
-{{/* The container both head and workers run: the app's image, the hub token if any, and
+{{/* The container both head and workers run: the app's image, the hub token and the TURN
+credential if any, and
 the data path's settings, which Ray reads from the environment of each of its processes. */}}
 {{- define "s2s-serve.container" -}}
 image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
@@ -23,6 +24,13 @@ env:
       secretKeyRef:
         name: {{ .Values.hubToken.secretName }}
         key: {{ .Values.hubToken.key }}
+  {{- end }}
+  {{- if .Values.turnCredential.secretName }}
+  - name: S2S_TURN_CREDENTIAL
+    valueFrom:
+      secretKeyRef:
+        name: {{ .Values.turnCredential.secretName }}
+        key: {{ .Values.turnCredential.key }}
   {{- end }}
   {{- include "s2s-serve.dataPathEnv" . | nindent 2 }}
 {{- end -}}
@@ -64,6 +72,18 @@ its replicas would wait forever for a node that the cluster never gets. */}}
 {{- fail (printf "serve.app.args.%s.deployment.label_selector %v matches no worker group's labels: its replicas could never be placed" $stage $selector) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Fails the render when an ICE server reads S2S_TURN_CREDENTIAL but no Secret provides it:
+the ingress replicas would fail to start. */}}
+{{- define "s2s-serve.checkTurnCredential" -}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict }}
+{{- $webrtc := $ingress.webrtc | default dict }}
+{{- range $webrtc.ice_servers }}
+{{- if and (eq (.credential_env | default "") "S2S_TURN_CREDENTIAL") (not $.Values.turnCredential.secretName) }}
+{{- fail "serve.app.args.ingress.webrtc.ice_servers reads S2S_TURN_CREDENTIAL: set turnCredential.secretName to the Secret that holds it" }}
 {{- end }}
 {{- end }}
 {{- end -}}
