@@ -198,6 +198,10 @@ def _a_response_done_not_in(answered: set[str]) -> Callable[[dict[str, Any]], bo
     return lambda event: event["type"] == "response.done" and event["response"]["id"] not in answered
 
 
+def _an_event(kind: str, **fields: Any) -> Callable[[dict[str, Any]], bool]:
+    return lambda event: event["type"] == kind and all(event.get(k) == v for k, v in fields.items())
+
+
 async def bench_webrtc_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
     voice_to_voice = []
     call = Call()
@@ -211,7 +215,7 @@ async def bench_webrtc_turns(url: str, speaker: Speaker, turns: int) -> dict[str
             speech_end = await call.microphone.say(speaker.speech(QUESTIONS[turn % len(QUESTIONS)]))
             done = await call.until(_a_response_done_not_in(answered))
             played = done["response"]["id"]
-            await call.until(lambda e: e["type"] == "output_audio_buffer.stopped" and e["response_id"] == played)
+            await call.until(_an_event("output_audio_buffer.stopped", response_id=played))
             first_sound = next(t for t in call.sound_at if t > speech_end)
             voice_to_voice.append((first_sound - speech_end) * 1000)
             print(f"webrtc turn {turn + 1:2d}: voice-to-voice {voice_to_voice[-1]:7.1f} ms", flush=True)
