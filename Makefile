@@ -63,14 +63,13 @@ run: install assets
 # Serves cluster/loadtest.yaml (synthetic engines: load tests only) on $(PORT) through Ray's
 # HAProxy, for s2s-loadtest; Ctrl-C closes the sessions (1001: its ingress looks every 5 s)
 # and stops every process, the HAProxy ones included, within 20 s (docs/haproxy.md).
-# HAPROXY_THREADS: 1 is what was measured on 2 cores. Each replica runs its code, its Serve
-# router and its HTTP server on one event loop (Ray's own defaults give each its own thread,
-# and the GIL hand-offs between them cost the 300-session run 0.6 s of voice-to-voice).
+# HAPROXY_THREADS: 1 is what was measured on 2 cores. `--data-path haproxy` also turns on Ray's
+# high-throughput mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1: handle calls over gRPC, and each
+# replica's code, Serve router and HTTP server on one event loop; deployments/serve_local.py).
 HAPROXY_THREADS ?= 1
 .PHONY: serve-loadtest
 serve-loadtest: install
-	RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_HAPROXY_NBTHREAD=$(HAPROXY_THREADS) \
-		RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0 \
+	RAY_SERVE_HAPROXY_NBTHREAD=$(HAPROXY_THREADS) \
 		$(PY) -m deployments.serve_local cluster/loadtest.yaml --port $(PORT) --data-path haproxy --stop-within 20
 
 # One spoken turn through the four real models in one process, no Ray.

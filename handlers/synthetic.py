@@ -14,6 +14,7 @@ would carry a handful (``cluster/loadtest.yaml``):
 """
 
 import asyncio
+import functools
 import re
 import threading
 import time
@@ -36,6 +37,9 @@ MAX_QUESTION = 120
 TONE_LEVEL = 0.3
 ENERGY_THRESHOLD = 0.01
 """RMS of a 32 ms window above which the energy VAD hears speech."""
+TONE_WINDOW = 8192
+"""Samples of the tone read (0.5 s at 16 kHz: 2 Hz bins, for steps of 25 Hz): a synthetic
+engine should cost next to nothing, whatever the length of the question."""
 _QUESTION = re.compile(r"Question (\d+)\.")
 
 
@@ -101,7 +105,7 @@ class ToneTranscriber:
         loud = np.flatnonzero(np.abs(audio) > ENERGY_THRESHOLD)
         if loud.size == 0 or loud[-1] - loud[0] < SPEECH_RATE // 10:
             return ""
-        voiced = audio[loud[0] : loud[-1] + 1]
+        voiced = audio[loud[0] : loud[-1] + 1][:TONE_WINDOW]
         spectrum = np.abs(np.fft.rfft(voiced))
         peak_hz = float(np.argmax(spectrum)) * SPEECH_RATE / voiced.size
         number = round((peak_hz - BASE_HZ) / STEP_HZ)
@@ -181,6 +185,11 @@ class ToneSpeaker:
             with self._device:
                 time.sleep(self.config.tts_hold_s_per_sentence)
             seconds = len(sentence.split()) * self.config.speech_s_per_word
-            t = np.arange(int(seconds * self.output_rate)) / self.output_rate
-            tone = (TONE_LEVEL * np.sin(2 * np.pi * 220.0 * t)).astype(np.float32)
-            yield SpeechAudio(float_to_pcm16(tone), self.output_rate)
+            yield SpeechAudio(_answer_tone(int(seconds * self.output_rate), self.output_rate), self.output_rate)
+
+
+@functools.lru_cache(maxsize=64)
+def _answer_tone(samples: int, rate: int) -> bytes:
+    """The TTS tone of this length, made once: answers repeat a few lengths."""
+    t = np.arange(samples) / rate
+    return float_to_pcm16((TONE_LEVEL * np.sin(2 * np.pi * 220.0 * t)).astype(np.float32))

@@ -44,13 +44,6 @@ from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
 
 CONFIG = Path(__file__).parents[1] / "cluster" / "loadtest.yaml"
-SERVE_LOADTEST_ENV = {
-    # What `make serve-loadtest` sets beside the switch (HAPROXY_THREADS=1): each replica
-    # runs its code, its router and its HTTP server on one event loop.
-    "RAY_SERVE_HAPROXY_NBTHREAD": "1",
-    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
-    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
-}
 HAPROXY_ROUTING_TIMEOUT_S = 60.0
 COUNTS = ("turns", "completed", "cancelled", "stale_bytes", "leaks", "cut_short", "timeouts", "disconnects", "errors")
 
@@ -77,9 +70,7 @@ def configure_data_path(data_path: str) -> HAProxyRun | None:
     if data_path == "proxy":
         os.environ[HAPROXY_SWITCH] = "0"
         return None
-    for name, value in SERVE_LOADTEST_ENV.items():
-        os.environ.setdefault(name, value)
-    return HAProxyRun.configure(os.environ)
+    return HAProxyRun.configure(os.environ)  # with `make serve-loadtest`'s settings
 
 
 def haproxy_servers_up() -> int:

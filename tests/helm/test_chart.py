@@ -241,6 +241,7 @@ def test_haproxy_settings_reach_the_head_and_every_worker_group_before_ray_start
     assert set(envs) == {"head", *groups} and len(groups) >= 2
     for env in envs.values():
         assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+        assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
         assert env["RAY_SERVE_HAPROXY_NBTHREAD"] == "4"
         assert env["RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"] == "3600"
 

@@ -35,12 +35,15 @@ env:
   {{- include "s2s-serve.dataPathEnv" . | nindent 2 }}
 {{- end -}}
 
-{{/* RAY_SERVE_ENABLE_HA_PROXY and, for HAProxy, its settings (docs/haproxy.md). */}}
+{{/* RAY_SERVE_ENABLE_HA_PROXY and, for HAProxy, its settings and Ray's high-throughput mode
+(handle calls over gRPC), as Ray's KubeRay high-throughput guide pairs them (docs/haproxy.md). */}}
 {{- define "s2s-serve.dataPathEnv" -}}
 {{- $haproxy := eq .Values.dataPath "haproxy" -}}
 - name: RAY_SERVE_ENABLE_HA_PROXY
   value: {{ ternary "1" "0" $haproxy | quote }}
 {{- if $haproxy }}
+- name: RAY_SERVE_THROUGHPUT_OPTIMIZED
+  value: "1"
 - name: RAY_SERVE_HAPROXY_NBTHREAD
   value: {{ .Values.haproxy.threads | quote }}
 - name: RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S
