@@ -77,11 +77,14 @@ demo: install assets
 	$(PY) -m handlers.demo
 
 # Lint first: a type or style error fails in seconds, not after the ten-minute suite.
-# Then cancel isolation again on the data path `make run` serves through (HAProxy): there the
-# WebSocket handler runs in the replica's own HTTP server, not in a Serve request.
+# Then cancel isolation and the clean log again on the data path `make run` serves through
+# (HAProxy, in Ray's high-throughput mode): there the WebSocket handler runs in the replica's
+# own HTTP server, not in a Serve request, and calls go over gRPC. That mode buffers replica
+# log lines (all but ERROR) 1000 at a time: unbuffered here, so the log test sees every line.
 test: lint assets
 	$(PY) -m pytest
-	S2S_E2E_DATA_PATH=haproxy $(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py
+	S2S_E2E_DATA_PATH=haproxy RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE=1 \
+		$(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py
 
 # Every test that needs no Ray cluster and no model (the session's parts on fakes, the
 # cancel scope, the chart, the load-test CLI), in well under a minute; `make test` runs all.

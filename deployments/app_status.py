@@ -1,4 +1,4 @@
-"""This application's Serve status, as the ingress's shutdown watch and ``/stats`` read it."""
+"""This application's Serve status: fresh for the ingress's shutdown watch, cached for ``/stats``."""
 
 import asyncio
 
@@ -11,8 +11,9 @@ from cancel import spawn_detached
 class AppStatus:
     """This application's Serve status, fetched at most once per ``max_age_s``.
 
-    A ``serve.status()`` call costs ~50 ms of CPU (it rebuilds every deployment's config);
-    the shutdown watch and ``/stats`` share one cached answer instead of paying per call.
+    A ``serve.status()`` call costs ~50 ms of CPU (it rebuilds every deployment's config), so
+    ``/stats`` callers share one cached answer instead of paying per call. The shutdown watch
+    fetches its own each poll: a cached answer could be a poll older than the replica's drain.
     """
 
     def __init__(self, max_age_s: float) -> None:

@@ -22,8 +22,9 @@ from ray.serve.schema import ReplicaState
 
 from cancel import ScopeDirectory, spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
-from deployments.app_status import AppStatus
+from deployments.app_status import AppStatus, fetch_app_status
 from deployments.config import IngressConfig
+from deployments.handles import on_cluster_transport, transport
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
 from deployments.placement import replica_placement
@@ -75,6 +76,8 @@ class RealtimeIngress:
         synthetic: SyntheticConfig | None = None,
     ) -> None:
         """``vad``: the VAD deployment, or ``None`` to run the detector in this replica."""
+        vad = on_cluster_transport(vad) if vad is not None else None
+        stt, llm, tts = on_cluster_transport(stt), on_cluster_transport(llm), on_cluster_transport(tts)
         run_vad = on_deployment(vad) if vad is not None else in_process(detector_for(synthetic))
         self._vad = VADBatcher(run_vad, vad_batch_interval_s)
         self._stages = ServeStages(self._vad, stt, llm, tts)
@@ -137,13 +140,14 @@ class RealtimeIngress:
     @api.get("/stats")
     async def stats(self) -> JSONResponse:
         """For load tests and dashboards: this replica's sessions, the application's running
-        replicas per deployment (as of up to ``shutdown_poll_s`` ago), and where Ray exports
-        the Prometheus metrics."""
+        replicas per deployment (as of up to ``shutdown_poll_s`` ago), where Ray exports the
+        Prometheus metrics, and what calls to the models go over (``grpc`` or ``ray``)."""
         app = await self._app_status.get()
         deployments = app.deployments if app else {}
         replicas = {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
         metrics_urls = await asyncio.to_thread(_metrics_urls)
-        return JSONResponse({"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls})
+        body = {"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls}
+        return JSONResponse(body | {"calls_over": transport(self._stages.tts)})
 
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
@@ -278,7 +282,7 @@ class RealtimeIngress:
     async def _shutdown_watch_loop(self) -> None:
         while self._sessions and not self._closing:
             await asyncio.sleep(self._config.shutdown_poll_s)
-            app = await self._app_status.get()
+            app = await asyncio.to_thread(fetch_app_status)  # fresh: /stats' cached one may be a poll old
             if app is None or app.status == "DELETING":
                 await self._close_all()
 

@@ -15,7 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -29,6 +31,11 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)
 
 
 def start_launcher(tmp_path: Path, port: int, data_path: str) -> subprocess.Popen[str]:
@@ -73,6 +80,9 @@ async def test_ctrl_c_closes_sessions_then_ends_every_process_within_15_s(
             app_processes = psutil.Process(launcher.pid).children(recursive=True)
             assert len(app_processes) > 5  # Ray's head processes, replicas, scope hosts
             haproxy_dirs = check_data_path(app_processes, port, data_path)
+            # Behind HAProxy, Ray's high-throughput mode: calls to the models over gRPC.
+            stats = await asyncio.to_thread(get_json, f"http://127.0.0.1:{port}/stats")
+            assert stats["calls_over"] == ("grpc" if data_path == "haproxy" else "ray")
             started = time.monotonic()
             if how == "ctrl-c":
                 os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
