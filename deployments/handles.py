@@ -19,7 +19,7 @@ def on_cluster_transport(handle: DeploymentHandle[Any]) -> DeploymentHandle[Any]
     return handle.options(_by_reference=not RAY_SERVE_USE_GRPC_BY_DEFAULT)
 
 
-def transport(handle: DeploymentHandle[Any]) -> str:
+def transport_of(handle: DeploymentHandle[Any]) -> str:
     """``grpc`` or ``ray`` (actor calls): what this handle's calls go over, for ``/stats``."""
     options = handle.handle_options
     assert isinstance(options, DynamicHandleOptions)  # what Serve makes a handle with

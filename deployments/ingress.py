@@ -24,7 +24,7 @@ from cancel import ScopeDirectory, spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
 from deployments.app_status import AppStatus, fetch_app_status
 from deployments.config import IngressConfig
-from deployments.handles import on_cluster_transport, transport
+from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
 from deployments.placement import replica_placement
@@ -147,7 +147,7 @@ class RealtimeIngress:
         replicas = {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
         metrics_urls = await asyncio.to_thread(_metrics_urls)
         body = {"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls}
-        return JSONResponse(body | {"calls_over": transport(self._stages.tts)})
+        return JSONResponse(body | {"calls_over": transport_of(self._stages.tts)})
 
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
