@@ -63,6 +63,10 @@ class Response:
     first_audio_at: float | None = None
     last_audio_at: float | None = None
     audio_bytes: int = 0
+    plays_until: float = 0.0
+    """When a client playing the audio as it came would have played all of it so far."""
+    longest_gap_s: float = 0.0
+    """The longest silence such a client heard between the answer's first and last audio."""
     stale_bytes: int = 0
     transcript: str = ""
     done_at: float | None = None
@@ -458,6 +462,9 @@ class Session:
         if response.first_audio_at is None:
             response.first_audio_at = now
             response.first_audio.set()
+        elif now > response.plays_until:
+            response.longest_gap_s = max(response.longest_gap_s, now - response.plays_until)
+        response.plays_until = max(response.plays_until, now) + size / (2 * REALTIME_RATE)
         response.last_audio_at = now
         response.audio_bytes += size
 

@@ -255,3 +255,14 @@ async def test_a_continuous_microphone_streams_between_questions(echo: EchoServe
         assert 0.8 * frames_due <= sent <= 1.1 * frames_due, (sent, frames_due)
     else:
         assert sent < 0.8 * frames_due, (sent, frames_due)
+
+
+def test_the_longest_silence_inside_an_answer_is_measured_as_a_listener_hears_it() -> None:
+    """100 ms of audio at 1.0 s and at 1.05 s play on without a break; the next at 1.5 s
+    comes 0.3 s after the listener ran out."""
+    session = Session.uninterrupted("ws://unused", PromptSet("none", [], []), [])
+    session._on_event({"type": "response.created", "response": {"id": "resp_1"}}, 0.0)
+    delta = base64.b64encode(bytes(2 * REALTIME_RATE // 10)).decode()
+    for now in (1.0, 1.05, 1.5):
+        session._on_event({"type": "response.output_audio.delta", "response_id": "resp_1", "delta": delta}, now)
+    assert session._responses["resp_1"].longest_gap_s == pytest.approx(0.3)
