@@ -22,7 +22,7 @@ from ray.serve.schema import ReplicaState
 
 from cancel import ScopeDirectory, spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
-from deployments.app_status import AppStatus, fetch_app_status
+from deployments.app_status import AppStatus, app_going_away
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -282,8 +282,7 @@ class RealtimeIngress:
     async def _shutdown_watch_loop(self) -> None:
         while self._sessions and not self._closing:
             await asyncio.sleep(self._config.shutdown_poll_s)
-            app = await asyncio.to_thread(fetch_app_status)  # fresh: /stats' cached one may be a poll old
-            if app is None or app.status == "DELETING":
+            if await asyncio.to_thread(app_going_away):
                 await self._close_all()
 
     async def _close_all(self) -> None:

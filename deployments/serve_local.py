@@ -139,7 +139,7 @@ class HAProxyRun:
             # An ingress replica stays up 30 s after it is told to stop, by default, for an
             # outside load balancer to forget it; here HAProxy is the only one. Then its HTTP
             # server stops and cuts any WebSocket still open (1012): long enough for the
-            # ingress's shutdown watch (`shutdown_poll_s`, 1 s in local.yaml) to close the
+            # ingress's shutdown watch (`shutdown_poll_s`, 1 s) to close the
             # sessions first, with 1001.
             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2.5",
         }
