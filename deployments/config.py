@@ -133,11 +133,6 @@ class IngressConfig(BaseModel):
     sooner, at some cost in prosody."""
     audio_delta_ms: int = Field(100, ge=10)
     """Size of each ``response.output_audio.delta``."""
-    speech_lead_ms: int = Field(2000, ge=0)
-    """How far ahead of the client's playback an answer's next sentences are synthesised.
-    Shorter: more sentences per TTS call, and fewer synthesised that a barge-in makes moot;
-    it must stay above the TTS's time to first audio under load, or the listener hears a
-    gap. 0: each piece waits until the audio before it has played."""
     prefill_while_listening: bool = True
     """While the user speaks, have the LLM compute the conversation so far, so the answer's
     prompt finds it in vLLM's prefix cache (the replica that serves the answer may differ

@@ -25,15 +25,8 @@ class LLMRequest:
 
 @dataclass(frozen=True)
 class TTSRequest:
-    pieces: tuple[str, ...]
-    """Texts spoken one after another in one call: an answer's sentences that were ready
-    together cost one Serve call, and each chunk still says which piece it speaks, so a cut
-    keeps the words heard (``TTSChunk``)."""
+    text: str
     ticket: ScopeTicket
-
-
-TTSChunk = tuple[int, bytes]
-"""One chunk of a TTS stream: the index of its piece in the request, and PCM16 audio."""
 
 
 class StoppedAsStale(RuntimeError):

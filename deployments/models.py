@@ -17,7 +17,7 @@ from ray import serve
 
 from cancel import ScopeCache
 from deployments.coalesce import coalesced
-from deployments.messages import LLMRequest, StoppedAsStale, TTSChunk, TTSRequest
+from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from deployments.placement import replica_placement
 from deployments.voice_activity import VADCall, VADResult, detector_for, in_process
 from handlers.audio import SPEECH_RATE
@@ -123,13 +123,12 @@ class TTS:
     def ready(self) -> bool:
         return True
 
-    async def synthesize(self, request: TTSRequest) -> AsyncIterator[TTSChunk]:
-        """PCM16 at the configured rate, one chunk per sentence of each piece in turn; stops
-        between sentences once the response is stale, with ``StoppedAsStale``."""
+    async def synthesize(self, request: TTSRequest) -> AsyncIterator[bytes]:
+        """PCM16 at the configured rate, one chunk per sentence; stops between sentences once
+        the response is stale, with ``StoppedAsStale``."""
         with ScopeCache.for_current_loop().watch(request.ticket) as view:
-            for index, text in enumerate(request.pieces):
-                chunks = self._tts.synthesize(text, view.is_stale)
-                while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-                    yield index, chunk.pcm16
+            chunks = self._tts.synthesize(request.text, view.is_stale)
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                yield chunk.pcm16
             if view.is_stale():
                 raise StoppedAsStale("TTS request stopped: its response was superseded")

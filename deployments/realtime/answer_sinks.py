@@ -2,20 +2,12 @@
 
 One choice when a response starts (``answer_sink``), then one small interface: ``cut``
 says how the LLM's text is split into pieces (speakable sentences, or deltas as they
-come), ``ready`` when the sink takes its next pieces, and ``add`` sends them. Both sinks
-count what the client was *sent* through the outbox's ``on_sent``, so a cancel keeps
-exactly that (``AssistantMessage.keep_sent``).
-
-A spoken answer is synthesised just in time: after its first piece, the next pieces are
-taken only once the client's playback is within ``speech_lead_ms`` of the audio sent so
-far (``_Playback``), and whatever pieces are ready then go to the TTS in one call
-(``deployments.realtime.read_ahead``).
+come), and ``add`` sends one piece. Both count what the client was *sent* through the
+outbox's ``on_sent``, so a cancel keeps exactly that (``AssistantMessage.keep_sent``).
 """
 
-import asyncio
 import base64
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Protocol
 
 from cancel import ScopeTicket
@@ -39,13 +31,8 @@ class AnswerSink(Protocol):
         """The pieces left when the LLM is done."""
         ...
 
-    async def ready(self) -> None:
-        """Wait until the sink should take its next pieces."""
-        ...
-
-    async def add(self, pieces: Sequence[str]) -> None:
-        """Send these pieces, in order (waits for room in the outbox: a slow client slows
-        only this)."""
+    async def add(self, piece: str) -> None:
+        """Send one piece (waits for room in the outbox: a slow client slows only this)."""
         ...
 
 
@@ -61,12 +48,9 @@ class WrittenAnswer:
     def flush(self) -> Iterable[str]:
         return ()
 
-    async def ready(self) -> None:
-        return None
-
-    async def add(self, pieces: Sequence[str]) -> None:
+    async def add(self, piece: str) -> None:
         await self._outbox.room(self._run.id)
-        piece, answer = "".join(pieces), self._run.answer
+        answer = self._run.answer
         answer.text += piece
 
         def sent() -> None:
@@ -76,9 +60,9 @@ class WrittenAnswer:
 
 
 class SpokenAnswer:
-    """A spoken answer: each piece's transcript, then its TTS audio in frames of
-    ``audio_delta_ms``; the pieces of one ``add`` in one TTS call. A TTS replica lost
-    mid-call costs no words: another speaks them (``deployments.realtime.failover``)."""
+    """A spoken answer: each speakable piece's transcript, then its TTS audio in frames of
+    ``audio_delta_ms``. A TTS replica lost mid-piece costs no words: another speaks it
+    (``deployments.realtime.failover``)."""
 
     def __init__(
         self,
@@ -90,14 +74,11 @@ class SpokenAnswer:
         *,
         first_chunk_words: int,
         audio_delta_ms: int,
-        speech_lead_ms: int,
     ) -> None:
         self._run, self._events, self._outbox = run, events, outbox
         self._stages, self._ticket = stages, ticket
         self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
-        self._lead_s = speech_lead_ms / 1000
-        self._playback = _Playback()
 
     def cut(self, delta: str) -> Iterable[str]:
         return self._chunker.feed(delta)
@@ -105,63 +86,36 @@ class SpokenAnswer:
     def flush(self) -> Iterable[str]:
         return self._chunker.flush()
 
-    async def ready(self) -> None:
-        await self._playback.within(self._lead_s)
-
-    async def add(self, pieces: Sequence[str]) -> None:
+    async def add(self, piece: str) -> None:
         run, answer = self._run, self._run.answer
-        texts = [piece if not answer.text and not index else " " + piece for index, piece in enumerate(pieces)]
-        tts = FailoverStream(lambda: self._stages.synthesize(TTSRequest(tuple(pieces), self._ticket)), run.id)
+        text = piece if not answer.text else " " + piece
+        self._events.transcript_delta(text)
+        request = TTSRequest(piece, self._ticket)
+        tts = FailoverStream(lambda: self._stages.synthesize(request), run.id)
         run.streams.add(tts)
-        told = 0  # pieces whose transcript the client has been sent
-        speaking = -1  # the piece of the last chunk
-        async for index, pcm in tts:
+        continues_piece = False
+        async for pcm in tts:
             run.timeline.mark("tts_first_audio")
-            for text in texts[told : index + 1]:
-                self._events.transcript_delta(text)
-            told = max(told, index + 1)
-            answer.speak(texts[index], audio_ms(len(pcm)), continues_piece=index == speaking)
-            speaking = index
+            answer.speak(text, audio_ms(len(pcm)), continues_piece)
+            continues_piece = True
             for offset in range(0, len(pcm), self._frame_bytes):
                 await self._outbox.room(run.id)
                 frame = pcm[offset : offset + self._frame_bytes]
-                sent = _AudioSent(answer, self._playback, len(frame))
-                self._events.audio_delta(base64.b64encode(frame).decode("ascii"), sent)
+                self._events.audio_delta(base64.b64encode(frame).decode("ascii"), _AudioSent(answer, len(frame)))
                 run.timeline.mark("first_audio")
-        for text in texts[told:]:  # pieces with nothing to say aloud
-            self._events.transcript_delta(text)
         run.streams.discard(tts)
-
-
-class _Playback:
-    """When the client will have played the audio sent so far: it plays from the first
-    frame on, and each frame as soon as it has played the one before."""
-
-    __slots__ = ("ends_at",)
-
-    def __init__(self) -> None:
-        self.ends_at = 0.0
-
-    def sent(self, ms: float) -> None:
-        self.ends_at = max(self.ends_at, time.monotonic()) + ms / 1000
-
-    async def within(self, lead_s: float) -> None:
-        """Until the audio still to play is ``lead_s`` or less."""
-        if (wait := self.ends_at - lead_s - time.monotonic()) > 0:
-            await asyncio.sleep(wait)
 
 
 class _AudioSent:
     """Counts one frame as sent (a callable object: cheaper than a closure per frame)."""
 
-    __slots__ = ("_answer", "_playback", "_ms")
+    __slots__ = ("_answer", "_ms")
 
-    def __init__(self, answer: AssistantMessage, playback: _Playback, frame_bytes: int) -> None:
-        self._answer, self._playback, self._ms = answer, playback, audio_ms(frame_bytes)
+    def __init__(self, answer: AssistantMessage, frame_bytes: int) -> None:
+        self._answer, self._ms = answer, audio_ms(frame_bytes)
 
     def __call__(self) -> None:
         self._answer.audio_ms += self._ms
-        self._playback.sent(self._ms)
 
 
 def answer_sink(
@@ -173,19 +127,11 @@ def answer_sink(
     *,
     first_chunk_words: int,
     audio_delta_ms: int,
-    speech_lead_ms: int,
 ) -> AnswerSink:
     """The sink for ``run``'s answer: the one place spoken and written answers part."""
     if run.answer.spoken_aloud:
         return SpokenAnswer(
-            run,
-            events,
-            outbox,
-            stages,
-            ticket,
-            first_chunk_words=first_chunk_words,
-            audio_delta_ms=audio_delta_ms,
-            speech_lead_ms=speech_lead_ms,
+            run, events, outbox, stages, ticket, first_chunk_words=first_chunk_words, audio_delta_ms=audio_delta_ms
         )
     return WrittenAnswer(run, events, outbox)
 

@@ -16,10 +16,10 @@ starting its replacement), the response fails with ``tts_failed``: the client is
 within 2 s instead of hearing seconds of silence. Each chunk of a retry is also bounded by
 the stage timeout, as every TTS chunk is (``BoundedStages``).
 
-No audio is said twice: a replica yields one whole chunk per sentence of each piece of the
-call, never part of one, so what the dead replica gave is a number of whole sentences. The
-retry synthesises the call's pieces again and its first that many chunks are skipped (the
-sentences of a text are always cut the same way, by Piper as by the synthetic speaker). A cancel stops the
+No audio is said twice: a replica yields one whole chunk per sentence of the piece, never
+part of one, so what the dead replica gave is a number of whole sentences. The retry
+synthesises the piece again and its first that many chunks are skipped (the sentences of a
+text are always cut the same way, by Piper as by the synthetic speaker). A cancel stops the
 retry like any stream: ``cancel`` stops the current attempt and no new one starts.
 """
 

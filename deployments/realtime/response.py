@@ -10,16 +10,16 @@
   answer cut short and passed off as complete. The error says what failed in our words (a
   :class:`StageFailure`: which stage, failed or timed out), never a replica's internals.
 
-The LLM's outputs are read ahead (``read_ahead``) and go where their kind says: text to the
-answer's sink (spoken or written, ``answer_sinks``), when it is ready for them, calls to
-``function_calls``; their wire events are in
+The LLM's outputs go where their kind says: text to the answer's sink (spoken or written,
+``answer_sinks``), calls to ``function_calls``; their wire events are in
 ``response_events``. The prompt always fits the LLM's context (``Conversation.fit``). A
 held run (``speculation``) is started like any other; the outbox keeps its events back.
 """
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -28,21 +28,21 @@ from openai.types.realtime import RealtimeResponseStatus
 from cancel import ScopeTicket
 from deployments.messages import LLMRequest
 from deployments.metrics import SessionMetrics
-from deployments.realtime.answer_sinks import answer_sink
+from deployments.realtime.answer_sinks import AnswerSink, answer_sink
 from deployments.realtime.conversation import Conversation, NothingToAnswer
 from deployments.realtime.failures import StageFailure
 from deployments.realtime.function_calls import FunctionCalls, finish_call
 from deployments.realtime.items import AssistantMessage, FunctionCall, Item
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, new_id
-from deployments.realtime.read_ahead import ReadAhead
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun, Status
 from deployments.realtime.settings import ResponseOptions, SessionSettings
-from deployments.realtime.stages import Stages
+from deployments.realtime.stages import Stages, StageStream
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from handlers.llm import ChatMessage
+from handlers.tools import LLMOutput
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ class ResponseScope(Protocol):
 class ResponseSettings:
     first_chunk_words: int
     audio_delta_ms: int
-    speech_lead_ms: int
     prompt_budget_tokens: int | None
     """The LLM's context less its answer's tokens (``None``: no limit to keep to)."""
 
@@ -187,17 +186,16 @@ class Responder:
                 ticket,
                 first_chunk_words=self._settings.first_chunk_words,
                 audio_delta_ms=self._settings.audio_delta_ms,
-                speech_lead_ms=self._settings.speech_lead_ms,
             )
             calls = FunctionCalls(run, events, self._outbox, lambda call: self._announce(run, call))
-            async with ReadAhead(llm, sink, run.timeline) as outputs:
-                while (output := await outputs.take(sink.ready)) is not None:
-                    if not isinstance(output, list):
-                        await calls.add(output)
+            async with contextlib.aclosing(_pieces(llm, sink, run.timeline)) as pieces:
+                async for piece in pieces:
+                    if not isinstance(piece, str):
+                        await calls.add(piece)
                         continue
                     if not any(item is run.answer for item in run.outputs):
                         self._announce(run, run.answer)
-                    await sink.add(output)
+                    await sink.add(piece)
         except NothingToAnswer:  # a turn of no words: its held run is dropped unseen
             run.status = "cancelled"
         except Exception as exc:
@@ -259,3 +257,22 @@ class Responder:
     def _ended(self, run: ResponseRun) -> None:
         for callback in self._end_callbacks:
             callback(run)
+
+
+async def _pieces(
+    outputs: StageStream[LLMOutput], sink: AnswerSink, timeline: Timeline
+) -> AsyncGenerator[LLMOutput, None]:
+    """The LLM's outputs as the responder takes them: text in the sink's pieces, function
+    calls as they are. Pulled by the responder: nothing queues between them, so a cancel
+    leaves no producer behind; closed with ``aclosing``."""
+    async for output in outputs:
+        timeline.mark("llm_first_delta")
+        if not isinstance(output, str):
+            yield output
+            continue
+        for piece in sink.cut(output):
+            timeline.mark("first_piece")
+            yield piece
+    for piece in sink.flush():
+        timeline.mark("first_piece")
+        yield piece

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from ray.serve.handle import DeploymentHandle
 
-from deployments.messages import LLMRequest, TTSChunk, TTSRequest
+from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.stages import StageCall, StageStream
 from deployments.voice_activity import VADBatcher
 from handlers.llm import ChatMessage
@@ -44,5 +44,5 @@ class ServeStages:
     def generate(self, request: LLMRequest) -> StageStream[LLMOutput]:
         return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]
 
-    def synthesize(self, request: TTSRequest) -> StageStream[TTSChunk]:
+    def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
         return self.tts.options(stream=True).synthesize.remote(request)  # type: ignore[return-value]

@@ -119,9 +119,7 @@ class RealtimeSession:
             scope=scope,
             outbox=self._outbox,
             conversation=self._conversation,
-            settings=ResponseSettings(
-                config.first_chunk_words, config.audio_delta_ms, config.speech_lead_ms, prompt_budget_tokens
-            ),
+            settings=ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
             session=self._settings,
             metrics=metrics,
             spawn=spawn,

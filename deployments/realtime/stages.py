@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from deployments.messages import LLMRequest, TTSChunk, TTSRequest
+from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.failures import StageFailure, StageName
 from handlers.llm import ChatMessage
 from handlers.tools import LLMOutput
@@ -55,7 +55,7 @@ class Stages(Protocol):
 
     def generate(self, request: LLMRequest) -> StageStream[LLMOutput]: ...
 
-    def synthesize(self, request: TTSRequest) -> StageStream[TTSChunk]: ...
+    def synthesize(self, request: TTSRequest) -> StageStream[bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class BoundedStages:
     def generate(self, request: LLMRequest) -> StageStream[LLMOutput]:
         return _BoundedStream(self.stages.generate(request), "llm", self.timeout_s)
 
-    def synthesize(self, request: TTSRequest) -> StageStream[TTSChunk]:
+    def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
         return _BoundedStream(self.stages.synthesize(request), "tts", self.timeout_s)
 
 

@@ -194,8 +194,7 @@ class FakeStages:
         chunk = bytes(int(REALTIME_RATE * 2 * self.tts_chunk_ms / 1000))
         gate = self.session_tts_gates.get(request.ticket.session_id, self.tts_gate)
         self._changed.set()
-        chunks = [(piece, chunk) for piece in range(len(request.pieces)) for _ in range(self.tts_chunks)]
-        return FakeStream(chunks, gate, self.tts_streams, self._changed)
+        return FakeStream([chunk] * self.tts_chunks, gate, self.tts_streams, self._changed)
 
     def live_streams(self) -> list[FakeStream]:
         return [s for s in self.llm_streams + self.tts_streams if not (s.cancelled or s.finished)]

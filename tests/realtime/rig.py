@@ -13,7 +13,6 @@ from typing import Any
 from fakes import FakeScope, FakeStages, Gate
 from openai.types.realtime import InputAudioBufferClearedEvent
 
-from deployments.config import IngressConfig
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.outbox import Outbox
@@ -28,15 +27,8 @@ MARK = "input_audio_buffer.cleared"
 
 
 class Rig:
-    def __init__(
-        self,
-        stages: FakeStages | None = None,
-        capacity: int = 256,
-        audio_delta_ms: int = 100,
-        speech_lead_ms: int = IngressConfig().speech_lead_ms,
-    ) -> None:
+    def __init__(self, stages: FakeStages | None = None, capacity: int = 256, audio_delta_ms: int = 100) -> None:
         self.stages = stages or FakeStages()
-        self.speech_lead_ms = speech_lead_ms
         self.sent: list[dict[str, Any]] = []
         self.send_gate = Gate()
         self._arrived = asyncio.Event()
@@ -56,12 +48,7 @@ class Rig:
             scope=self.scope,
             outbox=self.outbox,
             conversation=self.conversation,
-            settings=ResponseSettings(
-                first_chunk_words=8,
-                audio_delta_ms=audio_delta_ms,
-                speech_lead_ms=speech_lead_ms,
-                prompt_budget_tokens=None,
-            ),
+            settings=ResponseSettings(first_chunk_words=8, audio_delta_ms=audio_delta_ms, prompt_budget_tokens=None),
             session=self.settings,
             metrics=SessionMetrics(IngressMetrics()),
             spawn=self.supervisor.spawn,

@@ -14,7 +14,7 @@ from fakes import FakeStages, FakeStream, Gate, Harness
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import RequestCancelledError
 
-from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
+from deployments.messages import StoppedAsStale, TTSRequest
 from deployments.realtime import failover
 from deployments.realtime.failover import replica_lost
 from deployments.realtime.stages import StageFailure
@@ -47,8 +47,7 @@ class DyingStream(FakeStream):
 
 class DyingStages(FakeStages):
     """Each session's TTS calls, counted from 0 (retries included), may be planned to die:
-    ``deaths[session][call] = chunks given first``. The LLM's second sentence comes once
-    the TTS has the first, so each piece is its own call."""
+    ``deaths[session][call] = chunks given first``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -57,16 +56,10 @@ class DyingStages(FakeStages):
         self.error: Exception = ActorDiedError()
         self.calls: dict[str, list[tuple[str, FakeStream]]] = {}
 
-    def generate(self, request: LLMRequest) -> FakeStream:
-        self.session_llm_gates[request.ticket.session_id] = gate = Gate()
-        gate.close(after=2)  # "The answer", " is one."
-        return super().generate(request)
-
     def synthesize(self, request: TTSRequest) -> FakeStream:
         session = request.ticket.session_id
-        self.session_llm_gates[session].open()
         calls = self.calls.setdefault(session, [])
-        chunks = [(p, chunk_of(text, i)) for p, text in enumerate(request.pieces) for i in range(self.tts_chunks)]
+        chunks = [chunk_of(request.text, i) for i in range(self.tts_chunks)]
         gate = self.session_tts_gates.get(session, self.tts_gate)
         dies_after = self.deaths.get(session, {}).get(len(calls))
         stream = (
@@ -74,7 +67,7 @@ class DyingStages(FakeStages):
             if dies_after is None
             else DyingStream(chunks, gate, self.tts_streams, dies_after, self.error)
         )
-        calls.append((" ".join(request.pieces), stream))
+        calls.append((request.text, stream))
         return stream
 
 
@@ -131,8 +124,8 @@ async def test_a_replica_dying_mid_piece_costs_no_words_and_no_other_session_not
         assert_whole(b, done_b)
         texts = [text for text, _ in stages.calls["a"]]
         assert texts[1] == texts[2], "the dead replica's piece, and only it, is retried"
-        assert len(texts) == len(stages.calls["b"]) + 1
-        assert " ".join(text for text, _ in stages.calls["b"]) == "The answer is one. That is all."
+        assert len(texts) == len(pieces(a, done_a["response"]["id"])) + 1
+        assert len(stages.calls["b"]) == len(pieces(b, done_b["response"]["id"]))
         assert stages.live_streams() == []
 
 
