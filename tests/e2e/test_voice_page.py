@@ -119,15 +119,26 @@ async def test_speech_during_the_answer_stops_playback_at_once(
 ) -> None:
     first = speak(LONG_QUESTION, silence_s=0.5)
     barge_in = speak("Stop. What is two plus two?", silence_s=0.5)
-    browser = await browser_with(microphone_file(tmp_path / "mic.wav", [first, silence(8.0), barge_in, silence(30)]))
-    page = await open_page(browser, realtime_url, transport)
-    try:
-        await page.wait_for_function("window.s2s.stats.stops.length >= 1", timeout=90_000)
-    except Exception:
-        seen = await page.evaluate(
-            "[window.s2s.stats, [...document.querySelectorAll('li')].map(e => e.className + ': ' + e.textContent)]"
-        )
-        raise AssertionError(f"no playback was stopped: {seen}") from None
+    microphone = microphone_file(tmp_path / "mic.wav", [first, silence(8.0), barge_in, silence(30)])
+    for attempt in range(2):
+        page = await open_page(await browser_with(microphone), realtime_url, transport)
+        try:
+            await page.wait_for_function(
+                "window.s2s.stats.stops.length >= 1 || window.s2s.stats.responses >= 2", timeout=90_000
+            )
+        except Exception:
+            seen = await page.evaluate(
+                "[window.s2s.stats, [...document.querySelectorAll('li')].map(e => e.className + ': ' + e.textContent)]"
+            )
+            raise AssertionError(f"no playback was stopped: {seen}") from None
+        stats = await page.evaluate("window.s2s.stats")
+        if stats["stops"] or attempt == 1:
+            break
+        # The barge-in found nothing playing: on a loaded machine the first answer's audio had
+        # all been played by then (it arrived slower than real time). That run says nothing
+        # about the stop; the call is made again.
+        await hang_up(page)
+    assert stats["stops"], f"no playback was stopped twice: {stats}"
     await page.wait_for_function("window.s2s.stats.responses >= 2", timeout=60_000)
     stats = await page.evaluate("window.s2s.stats")
     print(json.dumps({"transport": transport, "browser_stop_after_speech_started_ms": round(stats["stops"][0])}))
