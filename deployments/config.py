@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cancel import ScopePlacementConfig
+from deployments.realtime.interruptions import InterruptionRules
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
 from handlers.synthetic import SyntheticConfig
@@ -115,6 +116,9 @@ class IngressConfig(BaseModel):
     instructions: str | None = None
     """Default system prompt; ``None`` keeps the model's own chat-template default."""
     turn_detection: TurnDetection = TurnDetection()
+    interruption: InterruptionRules = InterruptionRules()
+    """When speech during an answer interrupts it (sessions may set their own:
+    ``turn_detection.interruption``)."""
     scope: ScopePlacementConfig = ScopePlacementConfig()
     max_input_audio_s: float = Field(60.0, gt=0)
     """Longest utterance kept in ``input_audio_buffer`` (older audio is dropped)."""

@@ -165,6 +165,7 @@ class FakeStages:
             raise self.fail_transcribe
         call = FakeCall(lambda: self._transcribed(audio), self.stt_gate)
         self.stt_calls.append(call)
+        self._changed.set()
         return call
 
     def _transcribed(self, audio: np.ndarray) -> str:
