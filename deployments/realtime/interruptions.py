@@ -54,59 +54,25 @@ class InterruptionRules(BaseModel):
 
 BACKCHANNEL_WORDS = frozenset(
     {
-        "mm",
-        "mmm",
-        "mhm",
-        "hm",
-        "hmm",
-        "mm-hmm",
-        "mm-hm",
-        "uh-huh",
-        "uh-hum",
-        "uh",
-        "um",
-        "ah",
-        "oh",
-        "ooh",
-        "yeah",
-        "yes",
-        "yep",
-        "yup",
-        "ya",
-        "right",
-        "okay",
-        "ok",
-        "sure",
-        "alright",
-        "i",
-        "see",
-        "got",
-        "it",
-        "cool",
-        "nice",
-        "great",
-        "wow",
-        "true",
-        "exactly",
-        "indeed",
-        "thank",
-        "thanks",
-        "you",
+        *("yeah", "yes", "yep", "yup", "ya", "right", "okay", "ok", "sure", "alright", "true", "exactly"),
+        *("i", "see", "got", "it", "cool", "nice", "great", "wow", "indeed", "thank", "thanks", "you"),
     }
 )
 """Words that acknowledge an answer without asking for the floor (our own list: none of
 the peers ships one). ``you`` and ``thank you`` are also what Whisper makes of noise."""
+_SOUND = re.compile(r"[mh]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+")
+"""Hums and fillers as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M", "erm"."""
 RECHECK_MS = 300
 """While a candidate's words are only backchannels, look again after this much speech."""
 _NOT_WORDS = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
 """What STT writes for sounds: ``[coughs]``, ``(laughing)``, ``*knock*``."""
-_WORD = re.compile(r"[a-z']+(?:-[a-z']+)*")
+_WORD = re.compile(r"[a-z']+")
 
 
 def holds_a_real_word(transcript: str) -> bool:
     """Whether ``transcript`` asks for the floor: a word beyond backchannels and sounds."""
     words = _WORD.findall(_NOT_WORDS.sub(" ", transcript.lower()))
-    return any(word not in BACKCHANNEL_WORDS for word in words)
+    return any(word not in BACKCHANNEL_WORDS and not _SOUND.fullmatch(word) for word in words)
 
 
 @dataclass
@@ -129,15 +95,18 @@ class InterruptionGate:
         audio: AudioInput,
         stages: Stages,
         act: Callable[[TurnEvent], None],
+        decided: Callable[[bool], None],
         spawn: Spawn,
     ) -> None:
         """``act``: turn-taking's handling of an event (the gate passes confirmed speech
-        on to it, and everything once nothing is pending)."""
+        on to it, and everything once nothing is pending); ``decided(confirmed)``: told of
+        each candidate's outcome (the metrics)."""
         self._rules = rules
         self._playback = playback
         self._audio = audio
         self._stages = stages
         self._act = act
+        self._decided = decided
         self._spawn = spawn
         self._candidate: _Candidate | None = None
 
@@ -213,6 +182,7 @@ class InterruptionGate:
         barge-in has stopped playback by the time ``resume`` runs (then it does nothing):
         the server's playback is cleared, never resumed for a moment first."""
         self._candidate = None
+        self._decided(True)
         first, *rest = candidate.events
         self._act(first)
         self._playback.resume()
@@ -223,6 +193,7 @@ class InterruptionGate:
         """Not an interruption: its events are dropped up to its end, the answer resumes,
         and what came after is taken afresh."""
         self._candidate = None
+        self._decided(False)
         self._playback.resume()
         logger.debug(
             "%d ms of speech during an answer: not an interruption", samples_to_ms(stop.end_sample - stop.start_sample)

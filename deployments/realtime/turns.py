@@ -71,6 +71,7 @@ class TurnTaker:
             audio=audio,
             stages=stages,
             act=self._act,
+            decided=metrics.interruption,
             spawn=spawn,
         )
         self.speculator = Speculator(

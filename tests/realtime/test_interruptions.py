@@ -45,12 +45,14 @@ def audio_start_ms(pcm_before: bytes) -> int:
     ("transcript", "real"),
     [
         ("Mm-hmm.", False),
+        ("MMM. M-H-M. Uh-huh, erm", False),
         ("Yeah, right.", False),
         ("Okay. Thank you.", False),
         ("[coughs]", False),
         ("(laughing) *knock*", False),
         ("", False),
         ("Wait, stop.", True),
+        ("No.", True),
         ("Yeah, but what about Paris?", True),
     ],
 )
