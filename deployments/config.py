@@ -15,6 +15,7 @@ from handlers.stt import STTConfig
 from handlers.synthetic import SyntheticConfig
 from handlers.text import FIRST_CHUNK_MAX_WORDS
 from handlers.tts import TTSConfig
+from handlers.turn_end import TurnEndConfig
 from handlers.vad import TurnDetection
 
 
@@ -189,6 +190,14 @@ class VADStage(BaseModel):
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64)
 
 
+class TurnEndStage(BaseModel):
+    """Smart Turn, the end-of-turn model that serves ``semantic_vad`` (``handlers.turn_end``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.1, max_ongoing_requests=16)
+    handler: TurnEndConfig = TurnEndConfig()
+
+
 class STTStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.25, max_ongoing_requests=8)
@@ -215,6 +224,7 @@ class AppConfig(BaseModel):
 
     ingress: IngressConfig = IngressConfig()
     vad: VADStage = VADStage()
+    turn_end: TurnEndStage = TurnEndStage()
     stt: STTStage = STTStage()
     llm: LLMStage = LLMStage()
     tts: TTSStage = TTSStage()

@@ -66,6 +66,7 @@ class RealtimeIngress:
     def __init__(
         self,
         vad: DeploymentHandle | None,
+        turn_end: DeploymentHandle,
         stt: DeploymentHandle,
         llm: DeploymentHandle,
         tts: DeploymentHandle,
@@ -77,11 +78,13 @@ class RealtimeIngress:
     ) -> None:
         """``vad``: the VAD deployment, or ``None`` to run the detector in this replica."""
         vad = on_cluster_transport(vad) if vad is not None else None
-        stt, llm, tts = on_cluster_transport(stt), on_cluster_transport(llm), on_cluster_transport(tts)
+        turn_end, stt = on_cluster_transport(turn_end), on_cluster_transport(stt)
+        llm, tts = on_cluster_transport(llm), on_cluster_transport(tts)
         run_vad = on_deployment(vad) if vad is not None else in_process(detector_for(synthetic))
         self._vad = VADBatcher(run_vad, vad_batch_interval_s)
-        self._stages = ServeStages(self._vad, stt, llm, tts)
-        self._models = {"stt": stt, "llm": llm, "tts": tts} | ({"vad": vad} if vad is not None else {})
+        self._stages = ServeStages(self._vad, turn_end, stt, llm, tts)
+        models = {"turn_end": turn_end, "stt": stt, "llm": llm, "tts": tts}
+        self._models = models | ({"vad": vad} if vad is not None else {})
         self._config = config
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens

@@ -112,6 +112,14 @@ class ToneTranscriber:
         return question_text(number) if 0 <= number <= MAX_QUESTION else ""
 
 
+class EveryPauseEnds:
+    """The end-of-turn model's stand-in: every pause ends the turn (``semantic_vad`` then
+    ends turns at its short pause)."""
+
+    def probability_complete(self, utterance: np.ndarray) -> float:
+        return 1.0
+
+
 class ScriptedLanguageModel:
     """Streams ``Answer N: word word ...`` for the last ``Question N.`` at a set token rate."""
 

@@ -84,7 +84,7 @@ class AudioInput:
         """(end sample, arrival time) of recent chunks: how late the VAD answers."""
         self._epoch = 0
         """Bumped whenever the input restarts; what the VAD said of older audio is void."""
-        self._notify_at: int | None = None
+        self._notify_at: list[int] = []
         self.turn_detection = turn_detection
         self._vad_state: VADState
         self._buffer: UtteranceBuffer
@@ -132,9 +132,9 @@ class AudioInput:
         self._restart()
 
     def notify_at(self, sample: int) -> None:
-        """Send a :class:`SpeechHeard` once the VAD has listened up to ``sample`` (one
-        such request at a time; a restart of the input forgets it)."""
-        self._notify_at = sample
+        """Send a :class:`SpeechHeard` once the VAD has listened up to ``sample`` (a
+        restart of the input forgets the request)."""
+        self._notify_at.append(sample)
 
     async def next_event(self) -> TurnEvent:
         """The next boundary of the current input (boundaries of audio since forgotten are skipped)."""
@@ -160,8 +160,8 @@ class AudioInput:
             self._vad_state = state
             for event in events:
                 self._events.put_nowait((epoch, self._attach(event)))
-            if self._notify_at is not None and state.samples_seen >= self._notify_at:
-                self._notify_at = None
+            if self._notify_at and min(self._notify_at) <= state.samples_seen:
+                self._notify_at = [sample for sample in self._notify_at if sample > state.samples_seen]
                 self._events.put_nowait((epoch, TurnEvent(SpeechHeard(state.samples_seen), None)))
 
     def _restart(self) -> None:
@@ -171,7 +171,7 @@ class AudioInput:
         if self.turn_detection is None:
             self._buffer.keep_all()
         self._arrivals.clear()
-        self._notify_at = None
+        self._notify_at.clear()
         self._epoch += 1
 
     def _attach(self, event: VADEvent) -> TurnEvent:

@@ -78,6 +78,8 @@ def holds_a_real_word(transcript: str) -> bool:
 @dataclass
 class _Candidate:
     started: SpeechStarted
+    look_at: int
+    """The sample at which its words are looked at (again)."""
     events: list[TurnEvent] = field(default_factory=list)
     """Every event since the onset, kept for turn-taking if the speech is confirmed."""
     check: asyncio.Task[None] | None = None
@@ -117,10 +119,11 @@ class InterruptionGate:
             candidate.events.append(event)
             self._follow(candidate, event)
         elif isinstance(event.vad, SpeechStarted) and not self._rules().immediate and self._playback.playing():
-            self._candidate = _Candidate(event.vad, [event])
+            look_at = event.vad.start_sample + ms_to_samples(self._rules().min_duration_ms)
+            self._candidate = _Candidate(event.vad, look_at, [event])
             self._playback.pause()
-            self._audio.notify_at(event.vad.start_sample + ms_to_samples(self._rules().min_duration_ms))
-        elif not isinstance(event.vad, SpeechHeard):  # a notification outlived its candidate
+            self._audio.notify_at(look_at)
+        else:
             self._act(event)
 
     def reset(self) -> None:
@@ -136,6 +139,8 @@ class InterruptionGate:
         if candidate.check is not None and not candidate.check.done():
             return  # the transcript decides; the events wait for it
         if isinstance(vad, SpeechHeard):
+            if vad.sample < candidate.look_at:
+                return  # another part's notification
             if not rules.ignore_backchannels:
                 self._confirm(candidate)
             else:
@@ -175,7 +180,8 @@ class InterruptionGate:
         elif stop is not None:  # it ended while its words were heard: the last look
             self._follow(candidate, next(e for e in candidate.events if e.vad is stop))
         else:
-            self._audio.notify_at(heard + ms_to_samples(RECHECK_MS))
+            candidate.look_at = heard + ms_to_samples(RECHECK_MS)
+            self._audio.notify_at(candidate.look_at)
 
     def _confirm(self, candidate: _Candidate) -> None:
         """A real interruption: turn-taking gets it from its onset, as if never held. A

@@ -25,12 +25,16 @@ class ServeStages:
     batcher (which runs the detector in the ingress or on the VAD deployment)."""
 
     vad: VADBatcher
+    turn_end: DeploymentHandle[Any]
     stt: DeploymentHandle[Any]
     llm: DeploymentHandle[Any]
     tts: DeploymentHandle[Any]
 
     def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
         return self.vad.detect(state, audio)
+
+    def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
+        return self.turn_end.probability_complete.remote(utterance)
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]:
         return self.stt.transcribe.remote(audio)

@@ -19,14 +19,9 @@ from pydantic import BaseModel, ValidationError
 
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.protocol import AUDIO_FORMAT, ProtocolError, check_format
+from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
 from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection
-
-EAGERNESS_SILENCE_MS = {"low": 1500, "high": 300}
-"""``semantic_vad`` is served by the VAD turn detector (no semantic end-of-turn model runs
-here): its ``eagerness`` sets how long a pause ends the turn. ``medium`` and ``auto`` keep
-the server's own ``silence_duration_ms``."""
-
 
 N = TypeVar("N", int, float)
 M = TypeVar("M", bound=BaseModel)
@@ -67,7 +62,7 @@ class SessionSettings:
     text_only: bool = False
     """``output_modalities: ["text"]``: answers are written, not spoken."""
     eagerness: str | None = None
-    """Set while the client asked for ``semantic_vad`` (served as ``EAGERNESS_SILENCE_MS`` says)."""
+    """Set while the client asked for ``semantic_vad`` (served by ``turn_end``)."""
     idle_timeout_ms: int | None = None
     """Server VAD: silence this long after an answer has played prompts a response."""
     tools: list[FunctionSpec] = field(default_factory=list)
@@ -160,9 +155,8 @@ class SessionSettings:
         if requested is None:
             return None
         param = "session.audio.input.turn_detection"
-        if isinstance(requested, SemanticVad):
-            silence_ms = EAGERNESS_SILENCE_MS.get(requested.eagerness or "auto", self.defaults.silence_duration_ms)
-            return self.defaults.model_copy(update={"silence_duration_ms": silence_ms})
+        if isinstance(requested, SemanticVad):  # the VAD pauses, the end-of-turn model decides
+            return self.defaults.model_copy(update={"silence_duration_ms": SEMANTIC_PAUSE_MS})
         if requested.idle_timeout_ms is not None:
             check_range(requested.idle_timeout_ms, 5000, 30000, f"{param}.idle_timeout_ms")
         given = {

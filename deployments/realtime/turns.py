@@ -32,6 +32,7 @@ from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.transcription import Transcription, stt_future
+from deployments.realtime.turn_end import TurnEnd
 from handlers.vad import SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
 
 logger = logging.getLogger(__name__)
@@ -74,12 +75,13 @@ class TurnTaker:
             decided=metrics.interruption,
             spawn=spawn,
         )
+        self.turn_end = TurnEnd(stages=stages, audio=audio, end_turn=self._end_turn, spawn=spawn)
         self.speculator = Speculator(
             stages=stages, conversation=conversation, responder=responder, outbox=outbox, settings=settings, spawn=spawn
         )
         self.partials = PartialTranscripts(
             interval_s=partial_transcript_interval_s,
-            speech_so_far=audio.speech_so_far,
+            speech_so_far=lambda: self.turn_end.utterance(audio.speech_so_far()),
             paused=lambda: self.speculator.active,
             stages=stages,
             outbox=outbox,
@@ -109,16 +111,23 @@ class TurnTaker:
             self._speech_started(vad)
         elif isinstance(vad, SpeechPaused):
             assert event.audio is not None
-            self.speculator.pause(vad.sample, event.audio, event.lag_s, self._speech_item_id)
+            utterance = self.turn_end.utterance(event.audio)
+            self.speculator.pause(vad.sample, utterance, event.lag_s, self._speech_item_id)
         elif isinstance(vad, SpeechResumed):
             self.speculator.drop()
         elif isinstance(vad, SpeechStopped):
             assert event.audio is not None
-            self._end_turn(vad, event.audio, event.lag_s)
+            if self._settings.eagerness is not None and (not vad.too_short or self.turn_end.continuing):
+                self.turn_end.stopped(vad, event.audio, event.lag_s, self._settings.eagerness)
+            else:
+                self._end_turn(vad, event.audio, event.lag_s)
+        else:
+            self.turn_end.heard(vad.sample)
 
     def reset(self) -> None:
         """The input restarted (cleared, reconfigured or committed by hand)."""
         self.gate.reset()
+        self.turn_end.reset()
         self.speculator.drop()
         self.partials.stop()
         self.partials.take(self._speech_item_id or "")
@@ -126,6 +135,9 @@ class TurnTaker:
         self.idle.stop()
 
     def _speech_started(self, vad: SpeechStarted) -> None:
+        if self.turn_end.resumed():  # the user goes on with the turn held at a pause
+            self.speculator.drop()
+            return
         self.idle.stop()
         item_id = self._speech_item_id = new_id("item")
         self._outbox.put(
