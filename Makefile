@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 DEV_INSTALLED := $(VENV)/.installed-dev
 PORT ?= 8000
 
-.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
+.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e bench-turns loadtest-scaling soak
 
 # `install`: what serving needs (make run); `install-dev` adds the tests, lint, the load-test
 # harness and the agent frameworks the tests drive (make test).
@@ -118,6 +118,11 @@ bench-vad: install-dev assets
 
 bench-e2e: install-dev assets
 	$(PY) -m loadtest.bench_e2e
+
+# Turn-taking as a person meets it (pauses mid-sentence, backchannels, real interruptions,
+# voice-to-voice) under the turn-detection settings before and after issue 23.
+bench-turns: install-dev assets
+	$(PY) -m loadtest.bench_turns
 
 # The load client's CPU per session-second (50 and 200 sessions against an echo server), and
 # what permessage-deflate costs client and server.
