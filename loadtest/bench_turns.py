@@ -19,7 +19,10 @@ Per mode:
 - ``interruptions``: during a long answer, a real one; ``missed`` counts those that did not
   cancel it; ``onset_to_done_ms``: from the first voiced frame sent to the cancelled
   ``response.done``; ``onset_to_last_audio_ms``: to the answer's last audio delta received;
-- ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer.
+- ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer;
+- ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
+  plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
+  stopping, and what became of the answer.
 """
 
 import argparse
@@ -47,6 +50,7 @@ from loadtest.bench_e2e import (
     start_local_app,
     wait_for,
 )
+from loadtest.webrtc_call import Call
 
 MODES: dict[str, dict[str, Any]] = {
     "before": {"type": "server_vad", "interruption": {"min_duration_ms": 0, "ignore_backchannels": False}},
@@ -215,6 +219,47 @@ async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker)
     }
 
 
+def first_silence_after(sound_at: list[float], since: float, gap_s: float = 0.2) -> float | None:
+    """When the sound heard after ``since`` first stopped for ``gap_s`` (its last frame)."""
+    heard = [t for t in sound_at if t >= since]
+    return next((t for t, after in zip(heard, heard[1:], strict=False) if after - t >= gap_s), None)
+
+
+async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    """Over a WebRTC call (the server plays the answer): speech over it pauses the track at
+    once; ``onset_to_silence_ms`` is from the first frame of it sent to the last frame of the
+    answer's sound before a silence of 200 ms, and whether the answer then survived."""
+    rounds = {"interruption": INTERRUPTIONS[0], "backchannel": "Yeah."}
+    result: dict[str, Any] = {}
+    for kind, said in rounds.items():
+        call = Call()
+        status, answer_sdp = await call.dial(url.replace("ws", "http", 1) + "/realtime/calls")
+        assert status == 201, answer_sdp
+        try:
+            await call.until(lambda e: e["type"] == "session.created")
+            session = {"type": "realtime", "audio": {"input": {"turn_detection": mode}}}
+            call.channel.send(json.dumps({"type": "session.update", "session": session}))
+            await call.until(lambda e: e["type"] == "session.updated")
+            await call.microphone.say(speaker.speech(LONG_QUESTION) + silence(1.0))
+            started = await call.until(lambda e: e["type"] == "output_audio_buffer.started", 90)
+            answer = started["response_id"]
+            while not call.sound_at or call.sound_at[-1] - call.sound_at[0] < 1.0:  # 1 s into the answer
+                await asyncio.sleep(0.05)  # polling the caller's own track: it has no event per frame
+            onset = time.monotonic()
+            await call.microphone.say(speaker.speech(said) + silence(OBSERVE_S))
+            stopped = first_silence_after(call.sound_at, onset)
+            done = next((e for e in call.of_type("response.done") if e["response"]["id"] == answer), None)
+            result[kind] = {
+                "said": said,
+                "onset_to_silence_ms": None if stopped is None else round((stopped - onset) * 1000, 1),
+                "answer": done["response"]["status"] if done else "playing on",
+            }
+            print(f"  webrtc {kind} '{said}': {result[kind]}", flush=True)
+        finally:
+            await call.hang_up()
+    return result
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", help="ws://host:port/v1 of a running server (default: start one)")
@@ -232,6 +277,7 @@ async def main() -> None:
             "backchannels": await bench_backchannels(url, mode, speaker),
             "interruptions": await bench_interruptions(url, mode, speaker),
             "voice_to_voice": await bench_voice_to_voice(url, mode, speaker),
+            "webrtc": await bench_webrtc(url, mode, speaker),
         }
         print(json.dumps({name: result[name]}), flush=True)
     print(json.dumps(result))

@@ -3,10 +3,11 @@
 Runs in its own task, fed by :meth:`AudioInput.next_event`, and never waits on a stage: a
 barge-in is acted on the moment it is one, even while a transcription is under way. Speech
 during an answer passes the ``interruptions`` gate first: only a real interruption reaches
-turn-taking, from its onset. A pause is answered speculatively (``speculation``); the end of the turn
-commits the utterance (``transcription``) and answers it, adopting the speculative
-answer when it heard the same audio. Partial transcripts and the idle timeout are parts
-of their own, started and stopped from here.
+turn-taking, from its onset. A pause is answered speculatively (``speculation``); the end
+of the turn (the VAD's, or under ``semantic_vad`` the end-of-turn model's: ``turn_end``)
+commits the utterance (``transcription``) and answers it, adopting the speculative answer
+when it heard the same audio. Partial transcripts and the idle timeout are parts of their
+own, started and stopped from here.
 """
 
 import logging
