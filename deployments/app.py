@@ -19,7 +19,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     )
     return _configured(RealtimeIngress, config.ingress.deployment).bind(
         vad_deployment,
-        _configured(TurnEnd, config.turn_end.deployment).bind(config.turn_end.handler, synthetic),
+        _configured(TurnEnd, config.turn_end.deployment).bind(config.turn_end.handler) if synthetic is None else None,
         _configured(STT, config.stt.deployment).bind(config.stt.handler, synthetic),
         _configured(LLM, config.llm.deployment).bind(config.llm.handler, synthetic, config.llm.delta_interval_s),
         _configured(TTS, config.tts.deployment).bind(config.tts.handler, synthetic),

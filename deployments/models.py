@@ -23,7 +23,7 @@ from deployments.voice_activity import VADCall, VADResult, detector_for, in_proc
 from handlers.audio import SPEECH_RATE
 from handlers.llm import ChatMessage, LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
-from handlers.synthetic import EveryPauseEnds, ScriptedLanguageModel, SyntheticConfig, ToneSpeaker, ToneTranscriber
+from handlers.synthetic import ScriptedLanguageModel, SyntheticConfig, ToneSpeaker, ToneTranscriber
 from handlers.tools import LLMOutput
 from handlers.tts import TextToSpeech, TTSConfig
 from handlers.turn_end import SmartTurn, TurnEndConfig
@@ -53,8 +53,8 @@ class TurnEnd:
 
     placement = replica_placement
 
-    def __init__(self, config: TurnEndConfig, synthetic: SyntheticConfig | None = None) -> None:
-        self._model: SmartTurn | EveryPauseEnds = SmartTurn(config) if synthetic is None else EveryPauseEnds()
+    def __init__(self, config: TurnEndConfig) -> None:
+        self._model = SmartTurn(config)
         self._model.probability_complete(np.zeros(SPEECH_RATE, dtype=np.float32))  # the first run pays the setup
 
     def probability_complete(self, utterance: np.ndarray) -> float:

@@ -260,25 +260,28 @@ async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict
     return result
 
 
+PARTS = {
+    "paused": bench_paused,
+    "backchannels": bench_backchannels,
+    "interruptions": bench_interruptions,
+    "voice_to_voice": bench_voice_to_voice,
+    "webrtc": bench_webrtc,
+}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", help="ws://host:port/v1 of a running server (default: start one)")
     parser.add_argument("--config", type=Path, default=CONFIG, help="Serve config of the app to start")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     args = parser.parse_args()
     url = args.url or start_local_app(args.config)
     speaker = Speaker()
     result: dict[str, Any] = {}
     for name in args.modes:
-        mode = MODES[name]
         print(f"{name}:", flush=True)
-        result[name] = {
-            "paused": await bench_paused(url, mode, speaker),
-            "backchannels": await bench_backchannels(url, mode, speaker),
-            "interruptions": await bench_interruptions(url, mode, speaker),
-            "voice_to_voice": await bench_voice_to_voice(url, mode, speaker),
-            "webrtc": await bench_webrtc(url, mode, speaker),
-        }
+        result[name] = {part: await PARTS[part](url, MODES[name], speaker) for part in args.parts}
         print(json.dumps({name: result[name]}), flush=True)
     print(json.dumps(result))
 

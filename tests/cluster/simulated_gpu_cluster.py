@@ -40,7 +40,8 @@ from handlers.synthetic import question_tone
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "helm" / "s2s-serve"
 APP = "voice"
-DEPLOYMENTS = ("RealtimeIngress", "VAD", "TurnEnd", "STT", "LLM", "TTS")
+DEPLOYMENTS = ("RealtimeIngress", "VAD", "STT", "LLM", "TTS")
+"""With synthetic engines: the end-of-turn model's stand-in runs in the ingress."""
 ANSWER_WORDS = 40
 SYNTHETIC = {"answer_words": ANSWER_WORDS, "tokens_per_s": 10}
 """Answers of several seconds, so that a node can be lost while one is being spoken."""
@@ -243,7 +244,7 @@ async def scenario(simulated: SimulatedCluster, spec: dict[str, Any]) -> dict[st
     url = f"ws://127.0.0.1:{port}/v1/realtime"
     # Deployed as KubeRay deploys serveConfigV2: through the dashboard's REST API.
     kuberay = ServeSubmissionClient(f"http://{simulated.cluster.head_node.webui_url}")
-    targets = {"RealtimeIngress": 1, "VAD": 2, "TurnEnd": 2, "STT": 1, "LLM": 1, "TTS": 1}
+    targets = {"RealtimeIngress": 1, "VAD": 2, "STT": 1, "LLM": 1, "TTS": 1}
 
     kuberay.deploy_applications(serve_config(spec, port, tts_replicas=1))
     await wait_until_serving(targets)

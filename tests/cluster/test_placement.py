@@ -71,7 +71,7 @@ def test_each_model_replica_gets_a_gpu_of_its_own_and_the_head_no_work(report: d
     assert nodes["head"] == {"num_cpus": 0, "num_gpus": 0}
     rows = report["placement_at_start"]
     held = check_placement(rows, nodes)
-    assert {row["deployment"] for row in rows} == GPU_DEPLOYMENTS | {"RealtimeIngress", "VAD", "TurnEnd"}
+    assert {row["deployment"] for row in rows} == GPU_DEPLOYMENTS | {"RealtimeIngress", "VAD"}
     assert len(held) == 3
 
 

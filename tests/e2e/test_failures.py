@@ -117,7 +117,7 @@ def two_tts_url(serve_port: int) -> Iterator[str]:
             "tts_hold_s_per_sentence": 0.2,
         },
         "ingress": {"max_sessions": 4, "deployment": {**tiny, "max_ongoing_requests": 8}, "stage_timeout_s": 10},
-        **{stage: {"deployment": {**tiny}} for stage in ("vad", "turn_end", "stt", "llm")},
+        **{stage: {"deployment": {**tiny}} for stage in ("vad", "stt", "llm")},
         "tts": {"deployment": {**tiny, "num_replicas": 2}},
     }
     serve.run(build_app(config), name=FAILOVER_APP, route_prefix="/failover")

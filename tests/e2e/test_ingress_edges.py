@@ -36,10 +36,7 @@ def synthetic_app(**ingress: Any) -> dict[str, Any]:
     return {
         "synthetic": {"answer_words": 8, "tokens_per_s": 40, "speech_s_per_word": 0.1},
         "ingress": {"deployment": {**TINY, "max_ongoing_requests": 32}, "scope": {"num_hosts": 1}, **ingress},
-        **{
-            stage: {"deployment": {**TINY, "max_ongoing_requests": 32}}
-            for stage in ("vad", "turn_end", "stt", "llm", "tts")
-        },
+        **{stage: {"deployment": {**TINY, "max_ongoing_requests": 32}} for stage in ("vad", "stt", "llm", "tts")},
     }
 
 
@@ -222,7 +219,7 @@ async def test_the_session_cap_is_exact_under_a_burst_of_handshakes(edges: str) 
 async def test_readiness_says_every_model_answers(edges: str) -> None:
     with urllib.request.urlopen(f"http://{edges}/readyz", timeout=30) as reply:
         body = json.loads(reply.read())
-    assert body == {"ready": True, "models": {"vad": True, "turn_end": True, "stt": True, "llm": True, "tts": True}}
+    assert body == {"ready": True, "models": {"vad": True, "stt": True, "llm": True, "tts": True}}
 
 
 async def test_api_key_and_origin_are_checked_before_any_session(guarded: str) -> None:
@@ -293,8 +290,7 @@ def test_readiness_waits_for_a_loading_model_while_health_answers(serve_port: in
         with pytest.raises(urllib.error.HTTPError) as not_ready:
             urllib.request.urlopen(f"{base}/readyz", timeout=30)
         assert not_ready.value.code == 503
-        models = json.loads(not_ready.value.read())["models"]
-        assert models == {"vad": True, "turn_end": True, "stt": True, "llm": False, "tts": True}
+        assert json.loads(not_ready.value.read())["models"] == {"vad": True, "stt": True, "llm": False, "tts": True}
         deploying.join()
         with urllib.request.urlopen(f"{base}/readyz", timeout=30) as reply:
             assert reply.status == 200

@@ -258,7 +258,7 @@ async def test_shutdown_closes_open_sessions_with_going_away(serve_port: int) ->
     config = {
         "synthetic": {},
         "ingress": {"max_sessions": 2, "deployment": {**tiny, "max_ongoing_requests": 4}, "shutdown_poll_s": 0.5},
-        **{stage: {"deployment": tiny} for stage in ("vad", "turn_end", "stt", "llm", "tts")},
+        **{stage: {"deployment": tiny} for stage in ("vad", "stt", "llm", "tts")},
     }
     serve.run(build_app(config), name="voice-shutdown", route_prefix="/shutdown")
     async with websockets.connect(f"ws://127.0.0.1:{serve_port}/shutdown/v1/realtime?model=s2s") as client:

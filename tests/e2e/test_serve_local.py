@@ -43,7 +43,7 @@ def start_launcher(tmp_path: Path, port: int, data_path: str) -> subprocess.Pope
     args = {
         "synthetic": {"llm_load_s": 5},
         "ingress": {"max_sessions": 2, "deployment": {**tiny, "max_ongoing_requests": 4}, "shutdown_poll_s": 1.0},
-        **{stage: {"deployment": tiny} for stage in ("vad", "turn_end", "stt", "llm", "tts")},
+        **{stage: {"deployment": tiny} for stage in ("vad", "stt", "llm", "tts")},
     }
     app = {"name": "voice", "route_prefix": "/", "import_path": "deployments.app:build_app", "args": args}
     config = tmp_path / "serve.yaml"

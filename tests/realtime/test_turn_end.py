@@ -8,6 +8,7 @@ import numpy as np
 from fakes import FakeStages, Harness, append_audio, speech
 
 from handlers.audio import SPEECH_RATE
+from handlers.synthetic import EveryPauseEnds
 
 
 def semantic(eagerness: str) -> dict[str, object]:
@@ -104,3 +105,10 @@ async def test_sessions_on_the_same_stages_each_end_their_own_turns() -> None:
         for h in (a, b):
             assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
             assert len(h.socket.of_type("input_audio_buffer.committed")) == 1
+
+
+async def test_the_synthetic_stand_in_ends_every_turn_at_once() -> None:
+    """Serving-layer mode: no deployment, a verdict already given (and nothing to cancel)."""
+    stand_in = EveryPauseEnds()
+    stand_in.cancel()
+    assert await stand_in == 1.0
