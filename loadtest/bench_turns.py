@@ -30,6 +30,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -220,9 +221,10 @@ async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker)
 
 
 def first_silence_after(sound_at: list[float], since: float, gap_s: float = 0.2) -> float | None:
-    """When the sound heard after ``since`` first stopped for ``gap_s`` (its last frame)."""
+    """When the sound heard after ``since`` first stopped for ``gap_s`` (its last frame),
+    whether or not it came back."""
     heard = [t for t in sound_at if t >= since]
-    return next((t for t, after in zip(heard, heard[1:], strict=False) if after - t >= gap_s), None)
+    return next((t for t, after in zip(heard, [*heard[1:], math.inf], strict=True) if after - t >= gap_s), None)
 
 
 async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
