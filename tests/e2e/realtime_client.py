@@ -17,12 +17,39 @@ MAX_SESSIONS = 4
 EVENT_TIMEOUT_S = 60
 
 
+class Closed:
+    """What the reader queues when the connection ends: why, if it ended with an error."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
 class Client:
-    """An SDK connection plus the bookkeeping the tests assert on."""
+    """An SDK connection plus the bookkeeping the tests assert on.
+
+    A reader task drains the socket all the time, as a real client does: a test that waits
+    on one session while another's answer streams would otherwise leave that socket unread,
+    its receive queue full, and its keepalive pong unseen, until the client itself closes
+    the connection (1011, keepalive ping timeout)."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.events: list[Any] = []
+        self._received: asyncio.Queue[Any] = asyncio.Queue()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for event in self.connection:
+                self._received.put_nowait(event)
+        except Exception as error:  # handed to whoever waits for the next event
+            self._received.put_nowait(Closed(error))
+        else:
+            self._received.put_nowait(Closed())
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
 
     async def send_audio(self, pcm: bytes, frame_ms: int = 100, realtime: bool = False) -> None:
         frame = REALTIME_RATE * 2 * frame_ms // 1000
@@ -35,10 +62,13 @@ class Client:
     async def until(self, done: Callable[[Any], bool], timeout_s: float = EVENT_TIMEOUT_S) -> Any:
         """Receive events until ``done(event)``; return that event."""
         async with asyncio.timeout(timeout_s):
-            async for event in self.connection:
+            while not isinstance(event := await self._received.get(), Closed):
                 self.events.append(event)
                 if done(event):
                     return event
+        self._received.put_nowait(event)  # every later wait sees the end too
+        if event.error is not None:
+            raise event.error
         raise AssertionError("connection closed before the expected event")
 
     def of_type(self, event_type: str, response_id: str | None = None) -> list[Any]:
@@ -78,5 +108,8 @@ async def open_client(realtime_url: str) -> AsyncIterator[Client]:
     sdk = AsyncOpenAI(api_key="unused", websocket_base_url=realtime_url)
     async with sdk.realtime.connect(model="s2s") as connection:
         client = Client(connection)
-        await client.until(lambda e: e.type == "session.created")
-        yield client
+        try:
+            await client.until(lambda e: e.type == "session.created")
+            yield client
+        finally:
+            await client.close()
