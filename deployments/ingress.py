@@ -66,6 +66,7 @@ class RealtimeIngress:
     def __init__(
         self,
         vad: DeploymentHandle | None,
+        turn_end: DeploymentHandle | None,
         stt: DeploymentHandle,
         llm: DeploymentHandle,
         tts: DeploymentHandle,
@@ -75,13 +76,17 @@ class RealtimeIngress:
         vad_batch_interval_s: float = 0.03,
         synthetic: SyntheticConfig | None = None,
     ) -> None:
-        """``vad``: the VAD deployment, or ``None`` to run the detector in this replica."""
+        """``vad``: the VAD deployment, or ``None`` to run the detector in this replica;
+        ``turn_end``: the end-of-turn model's, or ``None`` (synthetic engines) for its
+        stand-in here."""
         vad = on_cluster_transport(vad) if vad is not None else None
+        turn_end = on_cluster_transport(turn_end) if turn_end is not None else None
         stt, llm, tts = on_cluster_transport(stt), on_cluster_transport(llm), on_cluster_transport(tts)
         run_vad = on_deployment(vad) if vad is not None else in_process(detector_for(synthetic))
         self._vad = VADBatcher(run_vad, vad_batch_interval_s)
-        self._stages = ServeStages(self._vad, stt, llm, tts)
-        self._models = {"stt": stt, "llm": llm, "tts": tts} | ({"vad": vad} if vad is not None else {})
+        self._stages = ServeStages(self._vad, turn_end, stt, llm, tts)
+        models = {"stt": stt, "llm": llm, "tts": tts} | ({"turn_end": turn_end} if turn_end is not None else {})
+        self._models = models | ({"vad": vad} if vad is not None else {})
         self._config = config
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens

@@ -33,6 +33,11 @@ class IngressMetrics:
             "Cancel decision (speech started or response.cancel) to its response.done sent.",
             boundaries=LATENCY_BOUNDARIES_S,
         )
+        self.interruptions = metrics.Counter(
+            "s2s_interruptions",
+            "Speech during an answer, by outcome: confirmed (a barge-in) or ignored (a backchannel, a cough).",
+            tag_keys=("outcome",),
+        )
         self.cancels = metrics.Counter("s2s_cancels", "Responses cancelled, by reason.", tag_keys=("reason",))
         self.discarded = metrics.Counter("s2s_discarded_events", "Output events of cancelled responses dropped.")
         self.errors = metrics.Counter("s2s_errors", "Error events sent, by code.", tag_keys=("code",))
@@ -58,6 +63,9 @@ class SessionMetrics:
     def cancelled(self, reason: str) -> None:
         self._cancelled_at = time.monotonic()
         self._metrics.cancels.inc(tags={"reason": reason})
+
+    def interruption(self, confirmed: bool) -> None:
+        self._metrics.interruptions.inc(tags={"outcome": "confirmed" if confirmed else "ignored"})
 
     def response_ended(self, timeline: dict[str, Any]) -> None:
         self._metrics.recent_turns.append(timeline)

@@ -1,4 +1,4 @@
-"""Thin Serve deployments around the four handlers.
+"""Thin Serve deployments around the handlers: the four models and the end-of-turn model.
 
 Each holds one model (or, given a ``SyntheticConfig``, its synthetic stand-in from
 ``handlers.synthetic``, for load-testing the serving layer) and nothing per session: VAD
@@ -26,6 +26,7 @@ from handlers.stt import SpeechToText, STTConfig
 from handlers.synthetic import ScriptedLanguageModel, SyntheticConfig, ToneSpeaker, ToneTranscriber
 from handlers.tools import LLMOutput
 from handlers.tts import TextToSpeech, TTSConfig
+from handlers.turn_end import SmartTurn, TurnEndConfig
 
 
 @serve.deployment
@@ -43,6 +44,23 @@ class VAD:
 
     def ready(self) -> bool:
         """Answering at all means the model is loaded (it loads in ``__init__``)."""
+        return True
+
+
+@serve.deployment
+class TurnEnd:
+    """Smart Turn for ``semantic_vad`` sessions: one utterance's verdict per call."""
+
+    placement = replica_placement
+
+    def __init__(self, config: TurnEndConfig) -> None:
+        self._model = SmartTurn(config)
+        self._model.probability_complete(np.zeros(SPEECH_RATE, dtype=np.float32))  # the first run pays the setup
+
+    def probability_complete(self, utterance: np.ndarray) -> float:
+        return self._model.probability_complete(utterance)
+
+    def ready(self) -> bool:
         return True
 
 

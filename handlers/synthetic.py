@@ -18,8 +18,8 @@ import functools
 import re
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import Literal
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -110,6 +110,18 @@ class ToneTranscriber:
         peak_hz = float(np.argmax(spectrum)) * SPEECH_RATE / voiced.size
         number = round((peak_hz - BASE_HZ) / STEP_HZ)
         return question_text(number) if 0 <= number <= MAX_QUESTION else ""
+
+
+class EveryPauseEnds:
+    """The end-of-turn model's stand-in, a call already answered: every pause ends the turn
+    (``semantic_vad`` then ends turns at its short pause). It costs nothing, so it runs in
+    the ingress, with no deployment of its own."""
+
+    def __await__(self) -> Generator[Any, None, float]:
+        return asyncio.sleep(0, 1.0).__await__()
+
+    def cancel(self) -> None:
+        """Nothing runs anywhere to stop."""
 
 
 class ScriptedLanguageModel:

@@ -15,6 +15,7 @@ from deployments.messages import TTSRequest
 from deployments.realtime.failover import FailoverStream
 from deployments.realtime.items import AssistantMessage
 from deployments.realtime.outbox import Outbox
+from deployments.realtime.playback import Playback
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun
 from deployments.realtime.stages import Stages
@@ -71,12 +72,13 @@ class SpokenAnswer:
         outbox: Outbox,
         stages: Stages,
         ticket: ScopeTicket,
+        playback: Playback,
         *,
         first_chunk_words: int,
         audio_delta_ms: int,
     ) -> None:
         self._run, self._events, self._outbox = run, events, outbox
-        self._stages, self._ticket = stages, ticket
+        self._stages, self._ticket, self._playback = stages, ticket, playback
         self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
 
@@ -101,21 +103,25 @@ class SpokenAnswer:
             for offset in range(0, len(pcm), self._frame_bytes):
                 await self._outbox.room(run.id)
                 frame = pcm[offset : offset + self._frame_bytes]
-                self._events.audio_delta(base64.b64encode(frame).decode("ascii"), _AudioSent(answer, len(frame)))
+                self._events.audio_delta(
+                    base64.b64encode(frame).decode("ascii"), _AudioSent(answer, len(frame), self._playback)
+                )
                 run.timeline.mark("first_audio")
         run.streams.discard(tts)
 
 
 class _AudioSent:
-    """Counts one frame as sent (a callable object: cheaper than a closure per frame)."""
+    """Counts one frame as sent, and heard from now (a callable object: cheaper than a
+    closure per frame)."""
 
-    __slots__ = ("_answer", "_ms")
+    __slots__ = ("_answer", "_ms", "_playback")
 
-    def __init__(self, answer: AssistantMessage, frame_bytes: int) -> None:
-        self._answer, self._ms = answer, audio_ms(frame_bytes)
+    def __init__(self, answer: AssistantMessage, frame_bytes: int, playback: Playback) -> None:
+        self._answer, self._ms, self._playback = answer, audio_ms(frame_bytes), playback
 
     def __call__(self) -> None:
         self._answer.audio_ms += self._ms
+        self._playback.sent(self._ms)
 
 
 def answer_sink(
@@ -124,6 +130,7 @@ def answer_sink(
     outbox: Outbox,
     stages: Stages,
     ticket: ScopeTicket,
+    playback: Playback,
     *,
     first_chunk_words: int,
     audio_delta_ms: int,
@@ -131,7 +138,14 @@ def answer_sink(
     """The sink for ``run``'s answer: the one place spoken and written answers part."""
     if run.answer.spoken_aloud:
         return SpokenAnswer(
-            run, events, outbox, stages, ticket, first_chunk_words=first_chunk_words, audio_delta_ms=audio_delta_ms
+            run,
+            events,
+            outbox,
+            stages,
+            ticket,
+            playback,
+            first_chunk_words=first_chunk_words,
+            audio_delta_ms=audio_delta_ms,
         )
     return WrittenAnswer(run, events, outbox)
 

@@ -42,12 +42,20 @@ Detect = Callable[[VADState, np.ndarray], Awaitable[tuple[VADState, list[VADEven
 
 
 @dataclass(frozen=True)
+class SpeechHeard:
+    """The VAD has listened up to ``sample``, as :meth:`AudioInput.notify_at` asked: how
+    turn-taking learns that speech has lasted long enough, with no timer of its own."""
+
+    sample: int
+
+
+@dataclass(frozen=True)
 class TurnEvent:
     """A VAD boundary, with the audio it closes (the utterance so far for a pause, the
     whole utterance for a stop) and, for those, how long after the audio at the boundary
-    arrived the VAD reported it (batching plus the call)."""
+    arrived the VAD reported it (batching plus the call); or a :class:`SpeechHeard`."""
 
-    vad: VADEvent
+    vad: VADEvent | SpeechHeard
     audio: np.ndarray | None
     lag_s: float | None = None
 
@@ -76,6 +84,7 @@ class AudioInput:
         """(end sample, arrival time) of recent chunks: how late the VAD answers."""
         self._epoch = 0
         """Bumped whenever the input restarts; what the VAD said of older audio is void."""
+        self._notify_at: list[int] = []
         self.turn_detection = turn_detection
         self._vad_state: VADState
         self._buffer: UtteranceBuffer
@@ -122,6 +131,11 @@ class AudioInput:
         self.turn_detection = turn_detection
         self._restart()
 
+    def notify_at(self, sample: int) -> None:
+        """Send a :class:`SpeechHeard` once the VAD has listened up to ``sample`` (a
+        restart of the input forgets the request)."""
+        self._notify_at.append(sample)
+
     async def next_event(self) -> TurnEvent:
         """The next boundary of the current input (boundaries of audio since forgotten are skipped)."""
         while True:
@@ -146,6 +160,9 @@ class AudioInput:
             self._vad_state = state
             for event in events:
                 self._events.put_nowait((epoch, self._attach(event)))
+            if self._notify_at and min(self._notify_at) <= state.samples_seen:
+                self._notify_at = [sample for sample in self._notify_at if sample > state.samples_seen]
+                self._events.put_nowait((epoch, TurnEvent(SpeechHeard(state.samples_seen), None)))
 
     def _restart(self) -> None:
         settings = self.turn_detection or self._defaults
@@ -154,6 +171,7 @@ class AudioInput:
         if self.turn_detection is None:
             self._buffer.keep_all()
         self._arrivals.clear()
+        self._notify_at.clear()
         self._epoch += 1
 
     def _attach(self, event: VADEvent) -> TurnEvent:

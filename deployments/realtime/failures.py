@@ -6,9 +6,10 @@ items, which raise and report these, import no Ray.
 
 from typing import Literal
 
-StageName = Literal["vad", "stt", "llm", "tts"]
+StageName = Literal["vad", "turn_end", "stt", "llm", "tts"]
 _STAGE_WORDS: dict[StageName, str] = {
     "vad": "voice activity detection",
+    "turn_end": "end-of-turn detection",
     "stt": "speech recognition",
     "llm": "the language model",
     "tts": "speech synthesis",

@@ -34,6 +34,7 @@ from deployments.realtime.failures import StageFailure
 from deployments.realtime.function_calls import FunctionCalls, finish_call
 from deployments.realtime.items import AssistantMessage, FunctionCall, Item
 from deployments.realtime.outbox import Outbox
+from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun, Status
@@ -79,9 +80,11 @@ class Responder:
         settings: ResponseSettings,
         session: SessionSettings,
         metrics: SessionMetrics,
+        playback: Playback,
         spawn: Spawn,
     ) -> None:
         self._stages = stages
+        self._playback = playback
         self._session = session
         self._scope = scope
         self._outbox = outbox
@@ -148,6 +151,7 @@ class Responder:
         self._stop(run)
         if held:
             return False
+        self._playback.stopped()  # the client stops playing a cancelled answer
         if reason is not None:
             self._metrics.cancelled(reason)
         for item in run.outputs:
@@ -184,6 +188,7 @@ class Responder:
                 self._outbox,
                 self._stages,
                 ticket,
+                self._playback,
                 first_chunk_words=self._settings.first_chunk_words,
                 audio_delta_ms=self._settings.audio_delta_ms,
             )

@@ -15,6 +15,7 @@ from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.stages import StageCall, StageStream
 from deployments.voice_activity import VADBatcher
 from handlers.llm import ChatMessage
+from handlers.synthetic import EveryPauseEnds
 from handlers.tools import LLMOutput
 from handlers.vad import VADEvent, VADState
 
@@ -25,12 +26,19 @@ class ServeStages:
     batcher (which runs the detector in the ingress or on the VAD deployment)."""
 
     vad: VADBatcher
+    turn_end: DeploymentHandle[Any] | None
+    """``None``: the synthetic engines' stand-in (:class:`EveryPauseEnds`), in the ingress."""
     stt: DeploymentHandle[Any]
     llm: DeploymentHandle[Any]
     tts: DeploymentHandle[Any]
 
     def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
         return self.vad.detect(state, audio)
+
+    def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
+        if self.turn_end is None:
+            return EveryPauseEnds()
+        return self.turn_end.probability_complete.remote(utterance)
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]:
         return self.stt.transcribe.remote(audio)

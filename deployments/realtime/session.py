@@ -50,6 +50,7 @@ from deployments.realtime.conversation import Conversation, prompt
 from deployments.realtime.items import MIN_AUDIO_MS, Item, client_audio, from_client, is_user_audio
 from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
+from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_POLICY_VIOLATION,
@@ -100,7 +101,10 @@ class RealtimeSession:
             defaults=config.turn_detection,
             turn_detection=config.turn_detection,
             max_instructions_chars=config.max_item_chars,
+            default_interruption=config.interruption,
+            interruption=config.interruption,
         )
+        self._playback = Playback(transport.pause_playback)
         self._outbox = Outbox(transport.send, config.outgoing_events, metrics.sent, metrics.dropped)
         self._conversation = Conversation(config.history_items)
         self._guard = InputGuard(config.limits)
@@ -122,6 +126,7 @@ class RealtimeSession:
             settings=ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
             session=self._settings,
             metrics=metrics,
+            playback=self._playback,
             spawn=spawn,
         )
         self._turns = TurnTaker(
@@ -132,6 +137,7 @@ class RealtimeSession:
             outbox=self._outbox,
             settings=self._settings,
             metrics=metrics,
+            playback=self._playback,
             spawn=spawn,
             partial_transcript_interval_s=config.partial_transcript_interval_s,
             prefill=config.prefill_while_listening,
@@ -278,6 +284,7 @@ class RealtimeSession:
 
     async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
         audio_end_ms = self._conversation.truncate(event.item_id, event.content_index, event.audio_end_ms)
+        self._playback.stopped()  # the client stopped playing where it says
         self._outbox.put(
             server_event(
                 ConversationItemTruncatedEvent, item_id=event.item_id, content_index=0, audio_end_ms=audio_end_ms

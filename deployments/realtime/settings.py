@@ -15,19 +15,16 @@ from openai.types.realtime.realtime_function_tool import RealtimeFunctionTool
 from openai.types.realtime.realtime_response_create_params import RealtimeResponseCreateParams
 from openai.types.realtime.session_update_event import Session
 from openai.types.responses.tool_choice_function import ToolChoiceFunction
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.protocol import AUDIO_FORMAT, ProtocolError, check_format
+from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
 from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection
 
-EAGERNESS_SILENCE_MS = {"low": 1500, "high": 300}
-"""``semantic_vad`` is served by the VAD turn detector (no semantic end-of-turn model runs
-here): its ``eagerness`` sets how long a pause ends the turn. ``medium`` and ``auto`` keep
-the server's own ``silence_duration_ms``."""
-
-
 N = TypeVar("N", int, float)
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -53,6 +50,11 @@ class SessionSettings:
     turn_detection: TurnDetection | None
     """``None``: no VAD, the client commits the input buffer itself."""
     max_instructions_chars: int
+    default_interruption: InterruptionRules = InterruptionRules()
+    """The server's rules, for a turn detection that names none."""
+    interruption: InterruptionRules = InterruptionRules()
+    """When speech during an answer interrupts it (our extension field
+    ``turn_detection.interruption``)."""
     create_response: bool = True
     interrupt_response: bool = True
     max_output_tokens: int | None = None
@@ -60,7 +62,7 @@ class SessionSettings:
     text_only: bool = False
     """``output_modalities: ["text"]``: answers are written, not spoken."""
     eagerness: str | None = None
-    """Set while the client asked for ``semantic_vad`` (served as ``EAGERNESS_SILENCE_MS`` says)."""
+    """Set while the client asked for ``semantic_vad`` (served by ``turn_end``)."""
     idle_timeout_ms: int | None = None
     """Server VAD: silence this long after an answer has played prompts a response."""
     tools: list[FunctionSpec] = field(default_factory=list)
@@ -86,15 +88,18 @@ class SessionSettings:
             if audio.output.speed is not None:  # accepted; served at 1.0, and shown so
                 check_range(audio.output.speed, 0.25, 1.5, "session.audio.output.speed")
         turn_detection: TurnDetection | None = self.turn_detection
+        interruption = self.interruption
         turn_changed = False
         if audio is not None and audio.input is not None:
             check_format(audio.input.format, "session.audio.input.format")
             turn_changed = "turn_detection" in audio.input.model_fields_set
             if turn_changed:
                 turn_detection = self._checked_turn_detection(audio.input.turn_detection)
+                interruption = self._checked_interruption(audio.input.turn_detection)
         # Every check passed: apply the update whole.
         if turn_changed:
             self._apply_turn_detection(turn_detection, audio.input.turn_detection)  # type: ignore[union-attr]
+            self.interruption = interruption
         if "max_output_tokens" in session.model_fields_set:
             self.max_output_tokens = max_output_tokens if isinstance(max_output_tokens, int) else None
         if "instructions" in session.model_fields_set:
@@ -150,9 +155,8 @@ class SessionSettings:
         if requested is None:
             return None
         param = "session.audio.input.turn_detection"
-        if isinstance(requested, SemanticVad):
-            silence_ms = EAGERNESS_SILENCE_MS.get(requested.eagerness or "auto", self.defaults.silence_duration_ms)
-            return self.defaults.model_copy(update={"silence_duration_ms": silence_ms})
+        if isinstance(requested, SemanticVad):  # the VAD pauses, the end-of-turn model decides
+            return self.defaults.model_copy(update={"silence_duration_ms": SEMANTIC_PAUSE_MS})
         if requested.idle_timeout_ms is not None:
             check_range(requested.idle_timeout_ms, 5000, 30000, f"{param}.idle_timeout_ms")
         given = {
@@ -160,12 +164,17 @@ class SessionSettings:
             for name in ("threshold", "prefix_padding_ms", "silence_duration_ms")
             if (value := getattr(requested, name)) is not None
         }
-        try:
-            return TurnDetection.model_validate(self.defaults.model_dump() | given)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = f"{param}.{first['loc'][0]}"
-            raise ProtocolError("invalid_value", f"{first['msg']} at {field!r}", field) from None
+        return validated(TurnDetection, self.defaults.model_dump() | given, param)
+
+    def _checked_interruption(self, requested: ServerVad | SemanticVad | None) -> InterruptionRules:
+        """The rules a turn detection asks for (over the server's), checked."""
+        asked = (requested.model_extra or {}).get("interruption") if requested is not None else None
+        if asked is None:
+            return self.default_interruption
+        param = "session.audio.input.turn_detection.interruption"
+        if not isinstance(asked, dict):
+            raise ProtocolError("invalid_value", "interruption must be an object", param)
+        return validated(InterruptionRules, self.default_interruption.model_dump() | asked, param)
 
     def _apply_turn_detection(
         self, turn_detection: TurnDetection | None, requested: ServerVad | SemanticVad | None
@@ -181,7 +190,11 @@ class SessionSettings:
         turn = self.turn_detection
         if turn is None:
             return None
-        reactions = {"create_response": self.create_response, "interrupt_response": self.interrupt_response}
+        reactions = {
+            "create_response": self.create_response,
+            "interrupt_response": self.interrupt_response,
+            "interruption": self.interruption.model_dump(),
+        }
         if self.eagerness is not None:
             return SemanticVad(type="semantic_vad", eagerness=self.eagerness, **reactions)
         return ServerVad(
@@ -212,6 +225,16 @@ class SessionSettings:
         )
 
 
+def validated(model: type[M], data: dict[str, Any], param: str) -> M:
+    """``data`` as a ``model``; ``invalid_value`` naming the first field at fault."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join([param, *map(str, first["loc"][:1])])
+        raise ProtocolError("invalid_value", f"{first['msg']} at {field!r}", field) from None
+
+
 def check_range(value: N, low: float, high: float, param: str) -> N:
     """``value``; ``invalid_value`` unless ``low <= value <= high`` (NaN is never in range)."""
     if not low <= value <= high:
@@ -230,12 +253,7 @@ def functions(tools: Sequence[Any], param: str) -> list[FunctionSpec]:
     for index, tool in enumerate(tools):
         if not isinstance(tool, RealtimeFunctionTool):
             raise ProtocolError("unsupported_value", "only function tools are supported", f"{param}[{index}].type")
-        try:
-            specs.append(FunctionSpec.model_validate(tool.model_dump(exclude={"type"}, exclude_none=True)))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = f"{param}[{index}].{first['loc'][0]}"
-            raise ProtocolError("invalid_value", f"{first['msg']} at {field!r}", field) from None
+        specs.append(validated(FunctionSpec, tool.model_dump(exclude={"type"}, exclude_none=True), f"{param}[{index}]"))
     if len({spec.name for spec in specs}) < len(specs):
         raise ProtocolError("invalid_value", "two tools have the same name", param)
     return specs

@@ -44,6 +44,10 @@ class StageStream(Protocol[T_co]):
 class Stages(Protocol):
     def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]: ...
 
+    def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
+        """The probability that ``utterance`` ends its speaker's turn (Smart Turn)."""
+        ...
+
     def transcribe(self, audio: np.ndarray) -> StageCall[str]: ...
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]: ...
@@ -69,6 +73,9 @@ class BoundedStages:
 
     def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
         return _bounded(self.stages.detect(state, audio), "vad", self.timeout_s)
+
+    def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
+        return _BoundedCall(self.stages.end_of_turn(utterance), "turn_end", self.timeout_s)
 
     def transcribe(self, audio: np.ndarray) -> StageCall[str]:
         return _BoundedCall(self.stages.transcribe(audio), "stt", self.timeout_s)

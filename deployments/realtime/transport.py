@@ -29,6 +29,11 @@ class Transport(Protocol):
         """Close with ``code`` (RFC 6455); nothing happens if it is closed already."""
         ...
 
+    def pause_playback(self, paused: bool) -> bool:
+        """Pause (or resume) the answer's playback where the server plays it; ``False``
+        where the client plays the audio itself, so nothing can pause."""
+        ...
+
 
 class WebSocketTransport:
     def __init__(self, websocket: WebSocket) -> None:
@@ -57,3 +62,6 @@ class WebSocketTransport:
     async def close(self, code: int, reason: str) -> None:
         with contextlib.suppress(RuntimeError):  # already closed by the client
             await self._ws.close(code=code, reason=reason)
+
+    def pause_playback(self, paused: bool) -> bool:
+        return False  # the client plays what it was sent

@@ -1,14 +1,17 @@
 """Turn-taking: what the VAD's boundaries mean for the conversation and the response.
 
 Runs in its own task, fed by :meth:`AudioInput.next_event`, and never waits on a stage: a
-barge-in is acted on the moment its ``SpeechStarted`` arrives, even while a transcription
-is under way. A pause is answered speculatively (``speculation``); the end of the turn
-commits the utterance (``transcription``) and answers it, adopting the speculative
-answer when it heard the same audio. Partial transcripts and the idle timeout are parts
-of their own, started and stopped from here.
+barge-in is acted on the moment it is one, even while a transcription is under way. Speech
+during an answer passes the ``interruptions`` gate first: only a real interruption reaches
+turn-taking, from its onset. A pause is answered speculatively (``speculation``); the end
+of the turn (the VAD's, or under ``semantic_vad`` the end-of-turn model's: ``turn_end``)
+commits the utterance (``transcription``) and answers it, adopting the speculative answer
+when it heard the same audio. Partial transcripts and the idle timeout are parts of their
+own, started and stopped from here.
 """
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 from openai.types.realtime import InputAudioBufferSpeechStartedEvent, InputAudioBufferSpeechStoppedEvent
@@ -17,8 +20,11 @@ from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput, TurnEvent
 from deployments.realtime.conversation import Conversation, prompt, turn_prompt
 from deployments.realtime.idle import IdleTimeout
+from deployments.realtime.interruptions import InterruptionGate
+from deployments.realtime.items import Item
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.partials import PartialTranscripts
+from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import new_id, server_event
 from deployments.realtime.response import Responder
 from deployments.realtime.settings import SessionSettings
@@ -27,6 +33,7 @@ from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.transcription import Transcription, stt_future
+from deployments.realtime.turn_end import TurnEnd
 from handlers.vad import SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
 
 logger = logging.getLogger(__name__)
@@ -43,11 +50,13 @@ class TurnTaker:
         outbox: Outbox,
         settings: SessionSettings,
         metrics: SessionMetrics,
+        playback: Playback,
         spawn: Spawn,
         partial_transcript_interval_s: float | None,
         prefill: bool,
     ) -> None:
         self._audio = audio
+        self._playback = playback
         self._stages = stages
         self._conversation = conversation
         self._responder = responder
@@ -58,12 +67,22 @@ class TurnTaker:
         self._prefill = prefill
         self._speech_item_id: str | None = None
         """The utterance being spoken (``None``: the user is not speaking)."""
+        self.gate = InterruptionGate(
+            rules=lambda: settings.interruption,
+            playback=playback,
+            audio=audio,
+            stages=stages,
+            act=self._act,
+            decided=metrics.interruption,
+            spawn=spawn,
+        )
+        self.turn_end = TurnEnd(stages=stages, audio=audio, end_turn=self._end_turn, spawn=spawn)
         self.speculator = Speculator(
             stages=stages, conversation=conversation, responder=responder, outbox=outbox, settings=settings, spawn=spawn
         )
         self.partials = PartialTranscripts(
             interval_s=partial_transcript_interval_s,
-            speech_so_far=audio.speech_so_far,
+            speech_so_far=lambda: self.turn_end.utterance(audio.speech_so_far()),
             paused=lambda: self.speculator.active,
             stages=stages,
             outbox=outbox,
@@ -85,23 +104,31 @@ class TurnTaker:
 
     async def run(self) -> None:
         while True:
-            self.on_event(await self._audio.next_event())
+            self.gate.take(await self._audio.next_event())
 
-    def on_event(self, event: TurnEvent) -> None:
+    def _act(self, event: TurnEvent) -> None:
         vad = event.vad
         if isinstance(vad, SpeechStarted):
             self._speech_started(vad)
         elif isinstance(vad, SpeechPaused):
             assert event.audio is not None
-            self.speculator.pause(vad.sample, event.audio, event.lag_s, self._speech_item_id)
+            utterance = self.turn_end.utterance(event.audio)
+            self.speculator.pause(vad.sample, utterance, event.lag_s, self._speech_item_id)
         elif isinstance(vad, SpeechResumed):
             self.speculator.drop()
-        else:
+        elif isinstance(vad, SpeechStopped):
             assert event.audio is not None
-            self._end_turn(vad, event.audio, event.lag_s)
+            if self._settings.eagerness is not None and (not vad.too_short or self.turn_end.continuing):
+                self.turn_end.stopped(vad, event.audio, event.lag_s, self._settings.eagerness)
+            else:
+                self._end_turn(vad, event.audio, event.lag_s)
+        else:
+            self.turn_end.heard(vad.sample)
 
     def reset(self) -> None:
         """The input restarted (cleared, reconfigured or committed by hand)."""
+        self.gate.reset()
+        self.turn_end.reset()
         self.speculator.drop()
         self.partials.stop()
         self.partials.take(self._speech_item_id or "")
@@ -109,6 +136,9 @@ class TurnTaker:
         self.idle.stop()
 
     def _speech_started(self, vad: SpeechStarted) -> None:
+        if self.turn_end.resumed():  # the user goes on with the turn held at a pause
+            self.speculator.drop()
+            return
         self.idle.stop()
         item_id = self._speech_item_id = new_id("item")
         self._outbox.put(
@@ -116,13 +146,14 @@ class TurnTaker:
         )
         if self._settings.interrupt_response:
             self._responder.cancel("turn_detected")
+            self._playback.stopped()  # the client stops playing at speech_started
         if self._prefill and self._settings.create_response:
-            self._spawn(self._prefill_conversation())
+            self._spawn(self._prefill_conversation(self._conversation.items))
         self.partials.start(item_id)
 
-    async def _prefill_conversation(self) -> None:
-        """The conversation so far is how the answer to this turn's prompt will start."""
-        items = self._conversation.items
+    async def _prefill_conversation(self, items: Sequence[Item]) -> None:
+        """The conversation before this turn (``items``, as it was when the turn began) is
+        how the answer to this turn's prompt will start."""
         if not self._settings.instructions and not any(item.prompted for item in items):
             return  # nothing said yet and no instructions: nothing to compute ahead
         try:

@@ -9,6 +9,8 @@ A call is the same :class:`RealtimeSession` behind another :class:`Transport`:
   (``speech_started``, a cancelled ``response.done``) or ``output_audio_buffer.clear``
   empties its queue: playback stops at once, with ``output_audio_buffer.cleared``; and
   ``output_audio_buffer.started``/``stopped`` say when the answer begins and ends playing.
+  While the session decides whether speech is an interruption, playback pauses (silence,
+  nothing dropped) and resumes where it stopped if it was not.
 A call whose peer goes (hang-up, a closed channel, a failed connection, or its microphone
 falling silent for ``PEER_GONE_AFTER_S``: a tab closed, a network gone) ends its session.
 """
@@ -83,7 +85,7 @@ def _credential(variable: str | None) -> str | None:
 
 class AnswerTrack(MediaStreamTrack):
     """The answer's audio as the server plays it: 20 ms frames in real time, silence when
-    there is nothing to say; ``clear`` stops playback at once."""
+    there is nothing to say or while paused; ``clear`` stops playback at once."""
 
     kind = "audio"
 
@@ -97,6 +99,7 @@ class AnswerTrack(MediaStreamTrack):
         """A response whose audio is all here: ``stopped`` once it has played."""
         self._started_at: float | None = None
         self._samples = 0
+        self.paused = False
 
     def play(self, response_id: str, pcm16: bytes) -> None:
         if self._response_id != response_id:
@@ -110,6 +113,7 @@ class AnswerTrack(MediaStreamTrack):
 
     def clear(self) -> None:
         """Stop playing now, dropping what was queued."""
+        self.paused = False
         if self._response_id is not None:
             self._queue.clear()
             self._tell(server_event(OutputAudioBufferCleared, response_id=self._response_id))
@@ -121,9 +125,14 @@ class AnswerTrack(MediaStreamTrack):
         wait = self._started_at + self._samples / REALTIME_RATE - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)  # real-time pacing: the track is the clock
-        chunk = bytes(self._queue[: 2 * FRAME_SAMPLES])
-        del self._queue[: 2 * FRAME_SAMPLES]
-        if not self._queue and self._response_id is not None and self._response_id == self._finished:
+        chunk = b"" if self.paused else bytes(self._queue[: 2 * FRAME_SAMPLES])
+        del self._queue[: len(chunk)]
+        if (
+            not self.paused
+            and not self._queue
+            and self._response_id is not None
+            and self._response_id == self._finished
+        ):
             self._tell(server_event(OutputAudioBufferStopped, response_id=self._response_id))
             self._response_id = None
         frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
@@ -187,6 +196,10 @@ class WebRTCTransport:
                 self.answer.clear()
             else:
                 self.answer.finish(done["id"])
+
+    def pause_playback(self, paused: bool) -> bool:
+        self.answer.paused = paused
+        return True
 
     async def close(self, code: int, reason: str) -> None:
         self._incoming.put_nowait(None)

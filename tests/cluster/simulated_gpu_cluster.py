@@ -41,6 +41,7 @@ ROOT = Path(__file__).parents[2]
 CHART = ROOT / "helm" / "s2s-serve"
 APP = "voice"
 DEPLOYMENTS = ("RealtimeIngress", "VAD", "STT", "LLM", "TTS")
+"""With synthetic engines: the end-of-turn model's stand-in runs in the ingress."""
 ANSWER_WORDS = 40
 SYNTHETIC = {"answer_words": ANSWER_WORDS, "tokens_per_s": 10}
 """Answers of several seconds, so that a node can be lost while one is being spoken."""

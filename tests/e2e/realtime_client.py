@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import jiwer
 from openai import AsyncOpenAI
 
 from handlers.audio import REALTIME_RATE
@@ -15,6 +16,11 @@ from handlers.audio import REALTIME_RATE
 APP_NAME = "voice-test"
 MAX_SESSIONS = 4
 EVENT_TIMEOUT_S = 60
+HEARD_WER = 0.4
+"""Word error of what tiny.en hears of a spoken question: a misheard word or two (0.17 each in
+six words), never a different question (1.0)."""
+LONG_QUESTION = "Please tell me a long story about a dragon who learns to bake bread in a small village."
+"""A question whose answer is long: it is still playing when a test speaks over it."""
 
 
 class Closed:
@@ -77,6 +83,14 @@ class Client:
             for e in self.events
             if e.type == event_type and (response_id is None or getattr(e, "response_id", None) == response_id)
         ]
+
+
+def normalise(text: str) -> str:
+    return str(jiwer.RemovePunctuation()(text.lower())).strip()
+
+
+def assert_heard(said: str, transcript: str, bound: float = HEARD_WER) -> None:
+    assert jiwer.wer(normalise(said), normalise(transcript)) <= bound, (said, transcript)
 
 
 def is_done(event: Any) -> bool:

@@ -9,11 +9,9 @@ from typing import Any
 
 import numpy as np
 import ray
-from realtime_client import APP_NAME, is_done
+from realtime_client import APP_NAME, LONG_QUESTION, is_done
 
 from handlers.audio import REALTIME_RATE, float_to_pcm16
-
-LONG_QUESTION = "Please tell me a long story about a dragon who learns to bake bread in a small village."
 
 
 class AppLogs:

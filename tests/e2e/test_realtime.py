@@ -13,25 +13,14 @@ import urllib.request
 import jiwer
 import websockets
 from ray import serve
-from realtime_client import APP_NAME, MAX_SESSIONS, audio_of, is_done
+from realtime_client import APP_NAME, MAX_SESSIONS, assert_heard, audio_of, is_done, normalise
 
 from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 
 LONG_QUESTION = "Tell me a long story about a brave knight and a dragon."
-HEARD_WER = 0.4
-"""Word error of what tiny.en hears of a spoken question: a misheard word or two (0.17 each in
-six words), never a different question (1.0)."""
 SPOKEN_S_PER_WORD = 0.15
 """Less audio than this per word of an answer's transcript means words were never voiced."""
-
-
-def normalise(text: str) -> str:
-    return jiwer.RemovePunctuation()(text.lower()).strip()
-
-
-def assert_heard(said: str, transcript: str, bound: float = HEARD_WER) -> None:
-    assert jiwer.wer(normalise(said), normalise(transcript)) <= bound, (said, transcript)
 
 
 def assert_spoken(client, response_id: str) -> str:

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
+from realtime_client import LONG_QUESTION
 
 from handlers.audio import SPEECH_RATE, float_to_pcm16
 
 ARTIFACTS = Path(__file__).parents[1] / "artifacts"
-LONG_QUESTION = "Please tell me a long story about a dragon who learns to bake bread in a small village."
 
 
 def microphone_file(path: Path, parts: list[np.ndarray]) -> Path:

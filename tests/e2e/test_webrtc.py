@@ -9,12 +9,11 @@ import urllib.request
 from collections.abc import Callable
 
 import numpy as np
+from realtime_client import LONG_QUESTION
 
 from deployments.realtime.webrtc import PEER_GONE_AFTER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from loadtest.webrtc_call import Call, post_offer
-
-LONG_QUESTION = "Please tell me a long story about a dragon who learns to bake bread in a small village."
 
 
 def sessions(base: str) -> int:

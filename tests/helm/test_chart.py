@@ -102,7 +102,7 @@ def test_rendered_rayservice_is_valid_for_kuberay_serve_and_the_app(values: dict
     (app,) = serve_config.applications
     module, _, builder = app.import_path.partition(":")
     built = getattr(importlib.import_module(module), builder)(app.args)
-    assert deployment_names(built) == {"RealtimeIngress", "VAD", "STT", "LLM", "TTS"}
+    assert deployment_names(built) == {"RealtimeIngress", "VAD", "TurnEnd", "STT", "LLM", "TTS"}
     AppConfig.model_validate(app.args)
 
 

@@ -54,17 +54,17 @@ class Gate:
 
 
 class FakeCall:
-    """An STT call: its result after ``gate``; ``cancel`` is recorded."""
+    """A stage call: its result after ``gate``; ``cancel`` is recorded."""
 
-    def __init__(self, result: Callable[[], str], gate: Gate) -> None:
+    def __init__(self, result: Callable[[], Any], gate: Gate) -> None:
         self.cancelled = False
         self._task = asyncio.ensure_future(self._run(result, gate))
 
-    async def _run(self, result: Callable[[], str], gate: Gate) -> str:
+    async def _run(self, result: Callable[[], Any], gate: Gate) -> Any:
         await gate.passage()
         return result()
 
-    def __await__(self) -> Generator[Any, None, str]:
+    def __await__(self) -> Generator[Any, None, Any]:
         return self._task.__await__()
 
     def cancel(self) -> None:
@@ -119,6 +119,9 @@ class FakeStages:
         self._vad = EnergyVoiceDetector()
         self.vad_calls = 0
         self.stt_gate = Gate()
+        self.turn_end_gate = Gate()
+        self.complete_of: Callable[[np.ndarray], float] = lambda utterance: 1.0
+        """Smart Turn's verdict on an utterance (default: every one is complete)."""
         self.transcript = "Question one."
         self.transcript_of: Callable[[np.ndarray], str] | None = None
         """When set, the transcript of the audio given (else ``transcript``)."""
@@ -160,11 +163,17 @@ class FakeStages:
         await asyncio.sleep(0)
         return state, self._vad.detect(state, audio)
 
+    def end_of_turn(self, utterance: np.ndarray) -> FakeCall:
+        call = FakeCall(lambda: self.complete_of(utterance), self.turn_end_gate)
+        self._changed.set()
+        return call
+
     def transcribe(self, audio: np.ndarray) -> FakeCall:
         if self.fail_transcribe is not None:
             raise self.fail_transcribe
         call = FakeCall(lambda: self._transcribed(audio), self.stt_gate)
         self.stt_calls.append(call)
+        self._changed.set()
         return call
 
     def _transcribed(self, audio: np.ndarray) -> str:

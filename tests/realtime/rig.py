@@ -16,6 +16,7 @@ from openai.types.realtime import InputAudioBufferClearedEvent
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.outbox import Outbox
+from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import server_event
 from deployments.realtime.response import Responder, ResponseSettings
 from deployments.realtime.settings import SessionSettings
@@ -43,6 +44,7 @@ class Rig:
         )
         self.conversation = Conversation(100)
         self.scope = FakeScope("rig")
+        self.playback = Playback(lambda paused: False)
         self.responder = Responder(
             stages=self.stages,
             scope=self.scope,
@@ -51,6 +53,7 @@ class Rig:
             settings=ResponseSettings(first_chunk_words=8, audio_delta_ms=audio_delta_ms, prompt_budget_tokens=None),
             session=self.settings,
             metrics=SessionMetrics(IngressMetrics()),
+            playback=self.playback,
             spawn=self.supervisor.spawn,
         )
         self._task: asyncio.Task[None] | None = None

@@ -30,7 +30,14 @@ async def test_a_spoken_piece_is_its_transcript_then_its_audio_in_frames() -> No
         rig.stages.tts_chunks, rig.stages.tts_chunk_ms = 2, 300
         run, events = announced_run(rig, spoken_aloud=True)
         sink = SpokenAnswer(
-            run, events, rig.outbox, rig.stages, FakeScope("rig").ticket(), first_chunk_words=8, audio_delta_ms=70
+            run,
+            events,
+            rig.outbox,
+            rig.stages,
+            FakeScope("rig").ticket(),
+            rig.playback,
+            first_chunk_words=8,
+            audio_delta_ms=70,
         )
         rig.send_gate.close()  # nothing is sent yet: nothing counts as sent
         await sink.add("Hello there.")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
+from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
 from handlers.audio import REALTIME_RATE, SPEECH_RATE
 
 
@@ -118,7 +119,7 @@ async def test_the_agents_sdk_default_session_is_accepted_and_shown_as_served() 
         assert (turn["type"], turn["eagerness"], turn["interrupt_response"]) == ("semantic_vad", "high", True)
         assert updated["audio"]["output"]["speed"] == 1.0  # what is served, not what was asked
         assert "noise_reduction" not in updated["audio"]["input"]  # not applied, so not shown
-        assert h.session._settings.turn_detection.silence_duration_ms == 300
+        assert h.session._settings.turn_detection.silence_duration_ms == SEMANTIC_PAUSE_MS  # then Smart Turn
         h.socket.client_sends(
             type="session.update",
             session={
@@ -126,8 +127,8 @@ async def test_the_agents_sdk_default_session_is_accepted_and_shown_as_served() 
                 "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}},
             },
         )
-        await h.socket.wait_type("session.updated", count=2)
-        assert h.session._settings.turn_detection.silence_duration_ms == 1500
+        updated = (await h.socket.wait_type("session.updated", count=2))["session"]
+        assert updated["audio"]["input"]["turn_detection"]["eagerness"] == "low"
 
 
 async def test_truncation_past_the_audio_sent_is_clamped_never_refused() -> None:

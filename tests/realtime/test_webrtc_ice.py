@@ -42,8 +42,9 @@ def test_credentials_come_from_the_environment_and_the_page_gets_only_its_share(
         IceServers.from_config([IceServer(urls=["turn:x:3478"], username=USER, credential_env="TURN_UNSET")])
 
 
-def wait_until_it_answers_stun(port: int, attempts: int = 50) -> None:
-    """Send STUN binding requests until one is answered: the server is up."""
+def wait_until_it_answers_stun(port: int, attempts: int = 150) -> None:
+    """Send STUN binding requests until one is answered: the server is up (30 s at most: a
+    loaded machine once took over 10 s to start coturn)."""
     request = struct.pack("!HHI12s", 0x0001, 0, 0x2112A442, os.urandom(12))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.settimeout(0.2)

@@ -1,0 +1,209 @@
+"""Interruptions that are real: speech while an answer is heard interrupts it once confirmed.
+
+A barge-in used to be any sound: an "mm-hmm", a cough or a knock during an answer
+cancelled it and started a new reply (the complaint users of every peer make most). Now
+speech that starts while the listener hears an answer (:class:`Playback`) is a
+*candidate*. Nothing is said of it and the answer goes on; where the server plays the
+audio (WebRTC) it pauses. The candidate is confirmed once it has lasted
+``min_duration_ms`` and, with ``ignore_backchannels``, once its transcript holds a word
+that is not a backchannel: then it is a turn like any other, from its real onset
+(``speech_started``, the barge-in, an answer). A candidate that ends unconfirmed was never
+a turn: no event, no item, no response, and the answer plays on. Speech while nothing is
+heard starts a turn at once, as before.
+
+The rules are the server's (``ingress.interruption``) unless a session sets its own
+(``turn_detection.interruption``, our extension of the protocol).
+"""
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from deployments.realtime.audio_input import AudioInput, SpeechHeard, TurnEvent
+from deployments.realtime.failures import StageFailure
+from deployments.realtime.playback import Playback
+from deployments.realtime.stages import Stages
+from deployments.realtime.supervision import Spawn
+from handlers.vad import SpeechStarted, SpeechStopped, ms_to_samples, samples_to_ms
+
+logger = logging.getLogger(__name__)
+
+
+class InterruptionRules(BaseModel):
+    """When speech during an answer interrupts it. ``min_duration_ms: 0`` with
+    ``ignore_backchannels: false`` is OpenAI's behaviour: every onset interrupts at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_duration_ms: int = Field(300, ge=0, le=5_000)
+    """Speech shorter than this (a cough, a knock, a short "mm") never interrupts."""
+    ignore_backchannels: bool = True
+    """Speech whose transcript is only backchannel words (``BACKCHANNEL_WORDS``) or no
+    words at all (noise) never interrupts: one STT call per candidate, made once it has
+    lasted ``min_duration_ms`` and again every ``RECHECK_MS`` of speech after."""
+
+    @property
+    def immediate(self) -> bool:
+        return self.min_duration_ms == 0 and not self.ignore_backchannels
+
+
+BACKCHANNEL_WORDS = frozenset(
+    {
+        *("yeah", "yes", "yep", "yup", "ya", "right", "okay", "ok", "sure", "alright", "true", "exactly"),
+        *("i", "see", "got", "it", "cool", "nice", "great", "wow", "indeed", "thank", "thanks", "you"),
+    }
+)
+"""Words that acknowledge an answer without asking for the floor (our own list: none of
+the peers ships one). ``you`` and ``thank you`` are also what Whisper makes of noise."""
+_SOUND = re.compile(r"[mh]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+")
+"""Hums and fillers as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M", "erm"."""
+RECHECK_MS = 300
+"""While a candidate's words are only backchannels, look again after this much speech."""
+_NOT_WORDS = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
+"""What STT writes for sounds: ``[coughs]``, ``(laughing)``, ``*knock*``."""
+_WORD = re.compile(r"[a-z']+")
+
+
+def holds_a_real_word(transcript: str) -> bool:
+    """Whether ``transcript`` asks for the floor: a word beyond backchannels and sounds."""
+    words = _WORD.findall(_NOT_WORDS.sub(" ", transcript.lower()))
+    return any(word not in BACKCHANNEL_WORDS and not _SOUND.fullmatch(word) for word in words)
+
+
+@dataclass
+class _Candidate:
+    started: SpeechStarted
+    look_at: int
+    """The sample at which its words are looked at (again)."""
+    events: list[TurnEvent] = field(default_factory=list)
+    """Every event since the onset, kept for turn-taking if the speech is confirmed."""
+    check: asyncio.Task[None] | None = None
+
+    def stopped(self) -> SpeechStopped | None:
+        return next((e.vad for e in self.events if isinstance(e.vad, SpeechStopped)), None)
+
+
+class InterruptionGate:
+    def __init__(
+        self,
+        *,
+        rules: Callable[[], InterruptionRules],
+        playback: Playback,
+        audio: AudioInput,
+        stages: Stages,
+        act: Callable[[TurnEvent], None],
+        decided: Callable[[bool], None],
+        spawn: Spawn,
+    ) -> None:
+        """``act``: turn-taking's handling of an event (the gate passes confirmed speech
+        on to it, and everything once nothing is pending); ``decided(confirmed)``: told of
+        each candidate's outcome (the metrics)."""
+        self._rules = rules
+        self._playback = playback
+        self._audio = audio
+        self._stages = stages
+        self._act = act
+        self._decided = decided
+        self._spawn = spawn
+        self._candidate: _Candidate | None = None
+
+    def take(self, event: TurnEvent) -> None:
+        """Route ``event``: to the candidate pending, into a new one, or on to turn-taking."""
+        candidate = self._candidate
+        if candidate is not None:
+            candidate.events.append(event)
+            self._follow(candidate, event)
+        elif isinstance(event.vad, SpeechStarted) and not self._rules().immediate and self._playback.playing():
+            look_at = event.vad.start_sample + ms_to_samples(self._rules().min_duration_ms)
+            self._candidate = _Candidate(event.vad, look_at, [event])
+            self._playback.pause()
+            self._audio.notify_at(look_at)
+        else:
+            self._act(event)
+
+    def reset(self) -> None:
+        """The input restarted: what was pending is forgotten, and the answer plays on."""
+        candidate, self._candidate = self._candidate, None
+        if candidate is not None:
+            if candidate.check is not None:
+                candidate.check.cancel()
+            self._playback.resume()
+
+    def _follow(self, candidate: _Candidate, event: TurnEvent) -> None:
+        rules, vad = self._rules(), event.vad
+        if candidate.check is not None and not candidate.check.done():
+            return  # the transcript decides; the events wait for it
+        if isinstance(vad, SpeechHeard):
+            if vad.sample < candidate.look_at:
+                return  # another part's notification
+            if not rules.ignore_backchannels:
+                self._confirm(candidate)
+            else:
+                self._check_words(candidate, self._audio.speech_so_far(), heard=vad.sample)
+        elif isinstance(vad, SpeechStopped) and candidate.stopped() is vad:
+            long_enough = not vad.too_short and vad.end_sample - vad.start_sample >= ms_to_samples(
+                rules.min_duration_ms
+            )
+            if not long_enough:
+                self._dismiss(candidate, vad)
+            elif not rules.ignore_backchannels:
+                self._confirm(candidate)
+            else:
+                assert event.audio is not None
+                self._check_words(candidate, event.audio, heard=None)
+
+    def _check_words(self, candidate: _Candidate, audio: np.ndarray, heard: int | None) -> None:
+        """Transcribe the candidate so far (``heard``: the VAD's position; ``None``: the
+        speech has ended, so this is the last look)."""
+        candidate.check = self._spawn(self._words_decide(candidate, audio, heard))
+
+    async def _words_decide(self, candidate: _Candidate, audio: np.ndarray, heard: int | None) -> None:
+        try:
+            real = holds_a_real_word(await self._stages.transcribe(audio))
+        except StageFailure as failure:  # never miss a real interruption for want of words
+            logger.warning("an interruption's words are unknown (%s): taken as real", failure.message)
+            real = True
+        if self._candidate is not candidate:
+            return
+        candidate.check = None
+        stop = candidate.stopped()
+        if real:
+            self._confirm(candidate)
+        elif heard is None:
+            assert stop is not None
+            self._dismiss(candidate, stop)
+        elif stop is not None:  # it ended while its words were heard: the last look
+            self._follow(candidate, next(e for e in candidate.events if e.vad is stop))
+        else:
+            candidate.look_at = heard + ms_to_samples(RECHECK_MS)
+            self._audio.notify_at(candidate.look_at)
+
+    def _confirm(self, candidate: _Candidate) -> None:
+        """A real interruption: turn-taking gets it from its onset, as if never held. A
+        barge-in has stopped playback by the time ``resume`` runs (then it does nothing):
+        the server's playback is cleared, never resumed for a moment first."""
+        self._candidate = None
+        self._decided(True)
+        first, *rest = candidate.events
+        self._act(first)
+        self._playback.resume()
+        for event in rest:
+            self.take(event)
+
+    def _dismiss(self, candidate: _Candidate, stop: SpeechStopped) -> None:
+        """Not an interruption: its events are dropped up to its end, the answer resumes,
+        and what came after is taken afresh."""
+        self._candidate = None
+        self._decided(False)
+        self._playback.resume()
+        logger.debug(
+            "%d ms of speech during an answer: not an interruption", samples_to_ms(stop.end_sample - stop.start_sample)
+        )
+        ends = next(i for i, e in enumerate(candidate.events) if e.vad is stop)
+        for event in candidate.events[ends + 1 :]:
+            self.take(event)

@@ -1,0 +1,112 @@
+"""``semantic_vad``: whether a pause ends the turn is the end-of-turn model's call.
+
+Under ``semantic_vad`` the VAD reports a stop after a short pause (``SEMANTIC_PAUSE_MS``),
+and the utterance so far goes to Smart Turn (``handlers.turn_end``). Complete, the turn ends
+at once: sooner than a silence timer would end it. Incomplete ("I'd like to book a flight
+to …"), the turn is held: if the user speaks again before the pause has lasted the bound
+``eagerness`` sets (``EAGERNESS_SILENCE_MS``), the speech continues the same utterance (one
+item, no new ``speech_started``); if not, the turn ends at the bound. Speculation starts at
+the pause as always, so a confident end costs nothing extra; a turn that goes on drops it.
+If the model fails the turn ends at once (logged): an answer late is worse than early.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from deployments.realtime.audio_input import AudioInput
+from deployments.realtime.failures import StageFailure
+from deployments.realtime.stages import Stages
+from deployments.realtime.supervision import Spawn
+from handlers.vad import SpeechStopped, ms_to_samples
+
+logger = logging.getLogger(__name__)
+
+SEMANTIC_PAUSE_MS = 200
+"""The pause at which the VAD asks the model (Pipecat's VAD stop with Smart Turn)."""
+EAGERNESS_SILENCE_MS = {"high": 1000, "medium": 2000, "auto": 2000, "low": 3000}
+"""The longest pause an incomplete turn waits through, by ``eagerness``."""
+COMPLETE_ABOVE = 0.5
+"""Smart Turn's probability above which a turn is complete (its reference threshold)."""
+
+EndTurn = Callable[[SpeechStopped, np.ndarray, float | None], None]
+
+
+@dataclass
+class _Held:
+    stop: SpeechStopped
+    audio: np.ndarray
+    lag_s: float | None
+    deadline: int
+    """The sample at which the pause has lasted the bound: the turn ends there."""
+    verdict: asyncio.Task[None] | None = None
+
+
+class TurnEnd:
+    def __init__(self, *, stages: Stages, audio: AudioInput, end_turn: EndTurn, spawn: Spawn) -> None:
+        """``end_turn(stop, utterance, lag_s)``: turn-taking's end of the turn."""
+        self._stages = stages
+        self._audio = audio
+        self._end_turn = end_turn
+        self._spawn = spawn
+        self._held: _Held | None = None
+        self._earlier: _Held | None = None
+        """A held turn the user went on speaking: what the utterance began with."""
+
+    @property
+    def continuing(self) -> bool:
+        """Whether the speech under way goes on with a turn held at a pause."""
+        return self._earlier is not None
+
+    def utterance(self, audio: np.ndarray) -> np.ndarray:
+        """``audio`` of the utterance under way, with what it continues put before it."""
+        return audio if self._earlier is None else np.concatenate([self._earlier.audio, audio])
+
+    def stopped(self, stop: SpeechStopped, audio: np.ndarray, lag_s: float | None, eagerness: str) -> None:
+        """The VAD heard a pause of ``SEMANTIC_PAUSE_MS``: ask the model, hold the turn."""
+        earlier, self._earlier = self._earlier, None
+        if earlier is not None:  # one utterance from the first onset
+            stop = SpeechStopped(earlier.stop.start_sample, stop.end_sample, too_short=False)
+        utterance = audio if earlier is None else np.concatenate([earlier.audio, audio])
+        deadline = stop.end_sample + ms_to_samples(EAGERNESS_SILENCE_MS[eagerness])  # the pause began there
+        held = self._held = _Held(stop, utterance, lag_s, deadline)
+        held.verdict = self._spawn(self._decide(held))
+        self._audio.notify_at(held.deadline)
+
+    def resumed(self) -> bool:
+        """Speech started: ``True`` when it goes on with a held turn (not a new one)."""
+        held, self._held = self._held, None
+        if held is None:
+            return False
+        if held.verdict is not None:
+            held.verdict.cancel()
+        self._earlier = held
+        return True
+
+    def heard(self, sample: int) -> None:
+        held = self._held
+        if held is not None and sample >= held.deadline:
+            self._end(held)  # a pause as long as the bound: the turn is over, complete or not
+
+    def reset(self) -> None:
+        if self._held is not None and self._held.verdict is not None:
+            self._held.verdict.cancel()
+        self._held = self._earlier = None
+
+    async def _decide(self, held: _Held) -> None:
+        try:
+            complete = await self._stages.end_of_turn(held.audio) > COMPLETE_ABOVE
+        except StageFailure as failure:
+            logger.warning("end-of-turn model: %s; the turn ends now", failure.message)
+            complete = True
+        if complete and self._held is held:
+            self._end(held)
+
+    def _end(self, held: _Held) -> None:
+        self._held = None
+        if held.verdict is not None and held.verdict is not asyncio.current_task():
+            held.verdict.cancel()
+        self._end_turn(held.stop, held.audio, held.lag_s)

@@ -1,0 +1,292 @@
+"""Turn-taking as a person meets it: ``python -m loadtest.bench_turns`` (JSON on the last line).
+
+Piper-spoken audio at microphone pace into Realtime sessions of the app served from
+``cluster/local.yaml`` (or ``--url``), under each turn-taking setting in ``MODES``:
+
+- ``before``: ``server_vad`` as this server had it before interruptions were confirmed (and
+  as OpenAI has it): every onset during an answer interrupts it (``min_duration_ms`` 0, no
+  word check). ``semantic_vad`` was then this same 500 ms timer;
+- ``server_vad``: the server's defaults now (interruptions confirmed: 300 ms and words);
+- ``semantic_vad``: Smart Turn at each 200 ms pause, with the same interruption rules.
+
+Per mode:
+
+- ``paused``: whole sentences cut at a word boundary with a ``PAUSE_S`` pause put in
+  (Smart Turn hears prosody: a fragment said alone would end like a statement);
+  ``cut_off`` counts the sentences that became more than one turn;
+- ``backchannels``: during a long answer, one of ``BACKCHANNELS`` or a cough (a noise burst);
+  ``answers_lost`` counts the answers cancelled, ``new_turns`` the turns it started;
+- ``interruptions``: during a long answer, a real one; ``missed`` counts those that did not
+  cancel it; ``onset_to_done_ms``: from the first voiced frame sent to the cancelled
+  ``response.done``; ``onset_to_last_audio_ms``: to the answer's last audio delta received;
+- ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer;
+- ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
+  plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
+  stopping, and what became of the answer.
+"""
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from openai import AsyncOpenAI
+
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
+from loadtest.bench_e2e import (
+    CONFIG,
+    FRAME_MS,
+    LONG_QUESTION,
+    QUESTIONS,
+    Speaker,
+    percentile,
+    receive,
+    start_local_app,
+    wait_for,
+)
+from loadtest.webrtc_call import Call
+
+MODES: dict[str, dict[str, Any]] = {
+    "before": {"type": "server_vad", "interruption": {"min_duration_ms": 0, "ignore_backchannels": False}},
+    "server_vad": {"type": "server_vad"},
+    "semantic_vad": {"type": "semantic_vad"},
+}
+PAUSED = [
+    ("I would like to know", "the capital of France."),
+    ("Can you tell me", "what color the sky is?"),
+    ("I was wondering", "how many legs a dog has."),
+    ("Please tell me", "the name of a yellow fruit."),
+]
+PAUSE_S = 0.8
+BACKCHANNELS = ["Yeah.", "Mm-hmm.", "Right.", "Okay.", None]
+"""``None``: a cough (a noise burst of 0.4 s)."""
+INTERRUPTIONS = [
+    "Wait, stop.",
+    "No, tell me about cats instead.",
+    "Stop, please.",
+    "Hold on, what is the capital of Germany?",
+]
+
+
+OBSERVE_S = 3.0
+"""How long after the speech ended a round looks for what it caused (a decision takes at
+most the speech plus one STT call; an incomplete turn waits up to 2 s under semantic_vad)."""
+
+
+class Round:
+    """One session for one round: a receive loop, and a microphone at real-time pace."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.log: list[tuple[float, Any]] = []
+
+    async def send(self, pcm: bytes, voiced_bytes: int | None = None) -> tuple[float, float]:
+        """Stream ``pcm``; return when its first ``voiced_bytes`` (default: all) began and
+        ended going out."""
+        frame = REALTIME_RATE * 2 * FRAME_MS // 1000
+        voiced_end = len(pcm) if voiced_bytes is None else voiced_bytes
+        began = ended = start = time.perf_counter()
+        for index, offset in enumerate(range(0, len(pcm), frame)):
+            if index == 0:
+                began = time.perf_counter()
+            if offset < voiced_end <= offset + frame:
+                ended = time.perf_counter()
+            chunk = base64.b64encode(pcm[offset : offset + frame]).decode()
+            await self.connection.input_audio_buffer.append(audio=chunk)
+            await asyncio.sleep(max(0.0, start + (index + 1) * FRAME_MS / 1000 - time.perf_counter()))
+        return began, ended
+
+    def count(self, kind: str, after: float = 0.0) -> int:
+        return sum(1 for stamp, event in self.log if event.type == kind and stamp >= after)
+
+    async def answer_playing(self, speaker: Speaker) -> str:
+        """Ask the long question; return the answer's id once it has played for 1 s."""
+        await self.send(speaker.speech(LONG_QUESTION) + silence(1.0))
+        at, first = await wait_for(self.log, lambda e: e.type == "response.output_audio.delta", timeout_s=90)
+        await asyncio.sleep(max(0.0, at + 1.0 - time.perf_counter()))  # a listener 1 s into it
+        return str(first.response_id)
+
+    def ended(self, response_id: str) -> Any:
+        return next((e for _, e in self.log if e.type == "response.done" and e.response.id == response_id), None)
+
+
+@contextlib.asynccontextmanager
+async def new_round(url: str, mode: dict[str, Any]) -> AsyncIterator[Round]:
+    sdk = AsyncOpenAI(api_key="unused", websocket_base_url=url)
+    async with sdk.realtime.connect(model="s2s") as connection:
+        round_ = Round(connection)
+        receiver = asyncio.ensure_future(receive(connection, round_.log, asyncio.Event()))
+        session: Any = {"type": "realtime", "audio": {"input": {"turn_detection": mode}}}
+        await connection.session.update(session=session)
+        await wait_for(round_.log, lambda e: e.type == "session.updated")
+        try:
+            yield round_
+        finally:
+            receiver.cancel()
+
+
+def silence(seconds: float) -> bytes:
+    return bytes(2 * int(seconds * REALTIME_RATE))
+
+
+def cough() -> bytes:
+    """A noise burst of 0.4 s that decays, as a cough does."""
+    samples = int(0.4 * SPEECH_RATE)
+    burst = np.random.default_rng(7).standard_normal(samples) * np.exp(-np.linspace(0, 6, samples)) * 0.3
+    return float_to_pcm16(resample(burst.astype(np.float32), SPEECH_RATE, REALTIME_RATE))
+
+
+def paused_sentence(speaker: Speaker, first: str, rest: str) -> bytes:
+    """The whole sentence spoken, with ``PAUSE_S`` put in at the quietest point near where
+    ``first`` ends (its length said alone)."""
+    whole = pcm16_to_float(speaker.speech(f"{first} {rest}"))
+    alone = len(speaker.speech(first)) // 2
+    loudness = np.convolve(np.abs(whole), np.ones(480) / 480, mode="same")
+    low, high = int(0.8 * alone), min(len(whole), int(1.2 * alone))
+    cut = low + int(np.argmin(loudness[low:high]))
+    return float_to_pcm16(whole[:cut]) + silence(PAUSE_S) + float_to_pcm16(whole[cut:])
+
+
+async def bench_paused(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    cut_off = 0
+    for first, rest in PAUSED:
+        async with new_round(url, mode) as round_:
+            await round_.send(silence(0.5) + paused_sentence(speaker, first, rest) + silence(OBSERVE_S))
+            turns = round_.count("input_audio_buffer.committed")
+        cut_off += turns > 1
+        print(f"  paused '{first} | {rest}': {turns} turn(s)", flush=True)
+    return {"sentences": len(PAUSED), "cut_off": cut_off}
+
+
+async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    lost = new_turns = 0
+    for said in BACKCHANNELS:
+        async with new_round(url, mode) as round_:
+            answer = await round_.answer_playing(speaker)
+            since = time.perf_counter()
+            await round_.send((speaker.speech(said) if said else cough()) + silence(OBSERVE_S))
+            done = round_.ended(answer)
+            lost += done is not None and done.response.status == "cancelled"
+            new_turns += round_.count("input_audio_buffer.committed", since)
+        print(f"  backchannel {said or '(cough)'}: answer {done.response.status if done else 'playing on'}", flush=True)
+    return {"said": len(BACKCHANNELS), "answers_lost": lost, "new_turns": new_turns}
+
+
+async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    missed, to_done, to_last_audio = 0, [], []
+    for said in INTERRUPTIONS:
+        async with new_round(url, mode) as round_:
+            answer = await round_.answer_playing(speaker)
+            onset, _ = await round_.send(speaker.speech(said) + silence(OBSERVE_S))
+            done = next(((s, e) for s, e in round_.log if e.type == "response.done" and e.response.id == answer), None)
+            old_audio = [
+                s for s, e in round_.log if e.type == "response.output_audio.delta" and e.response_id == answer
+            ]
+        if done is None or done[1].response.status != "cancelled":
+            missed += 1
+            print(f"  interruption '{said}': missed", flush=True)
+            continue
+        to_done.append((done[0] - onset) * 1000)
+        to_last_audio.append(max(0.0, (max(old_audio) - onset) * 1000))
+        print(f"  interruption '{said}': response.done {to_done[-1]:.0f} ms after the onset", flush=True)
+    return {
+        "said": len(INTERRUPTIONS),
+        "missed": missed,
+        "onset_to_done_ms_p50": percentile(to_done, 50),
+        "onset_to_done_ms_max": round(max(to_done), 1) if to_done else None,
+        "onset_to_last_audio_ms_p50": percentile(to_last_audio, 50),
+    }
+
+
+async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    latencies = []
+    for question in QUESTIONS:
+        async with new_round(url, mode) as round_:
+            speech = speaker.speech(question)
+            _, speech_end = await round_.send(speech + silence(0.5), voiced_bytes=len(speech))
+            at, _ = await wait_for(round_.log, lambda e: e.type == "response.output_audio.delta", 60)
+        latencies.append((at - speech_end) * 1000)
+    return {
+        "turns": len(QUESTIONS),
+        "voice_to_voice_ms_p50": percentile(latencies, 50),
+        "voice_to_voice_ms_p95": percentile(latencies, 95),
+    }
+
+
+def first_silence_after(sound_at: list[float], since: float, gap_s: float = 0.2) -> float | None:
+    """When the sound heard after ``since`` first stopped for ``gap_s`` (its last frame),
+    whether or not it came back."""
+    heard = [t for t in sound_at if t >= since]
+    return next((t for t, after in zip(heard, [*heard[1:], math.inf], strict=True) if after - t >= gap_s), None)
+
+
+async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    """Over a WebRTC call (the server plays the answer): speech over it pauses the track at
+    once; ``onset_to_silence_ms`` is from the first frame of it sent to the last frame of the
+    answer's sound before a silence of 200 ms, and whether the answer then survived."""
+    rounds = {"interruption": INTERRUPTIONS[0], "backchannel": "Yeah."}
+    result: dict[str, Any] = {}
+    for kind, said in rounds.items():
+        call = Call()
+        status, answer_sdp = await call.dial(url.replace("ws", "http", 1) + "/realtime/calls")
+        assert status == 201, answer_sdp
+        try:
+            await call.until(lambda e: e["type"] == "session.created")
+            session = {"type": "realtime", "audio": {"input": {"turn_detection": mode}}}
+            call.channel.send(json.dumps({"type": "session.update", "session": session}))
+            await call.until(lambda e: e["type"] == "session.updated")
+            await call.microphone.say(speaker.speech(LONG_QUESTION) + silence(1.0))
+            started = await call.until(lambda e: e["type"] == "output_audio_buffer.started", 90)
+            answer = started["response_id"]
+            while not call.sound_at or call.sound_at[-1] - call.sound_at[0] < 1.0:  # 1 s into the answer
+                await asyncio.sleep(0.05)  # polling the caller's own track: it has no event per frame
+            onset = time.monotonic()
+            await call.microphone.say(speaker.speech(said) + silence(OBSERVE_S))
+            stopped = first_silence_after(call.sound_at, onset)
+            done = next((e for e in call.of_type("response.done") if e["response"]["id"] == answer), None)
+            result[kind] = {
+                "said": said,
+                "onset_to_silence_ms": None if stopped is None else round((stopped - onset) * 1000, 1),
+                "answer": done["response"]["status"] if done else "playing on",
+            }
+            print(f"  webrtc {kind} '{said}': {result[kind]}", flush=True)
+        finally:
+            await call.hang_up()
+    return result
+
+
+PARTS = {
+    "paused": bench_paused,
+    "backchannels": bench_backchannels,
+    "interruptions": bench_interruptions,
+    "voice_to_voice": bench_voice_to_voice,
+    "webrtc": bench_webrtc,
+}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", help="ws://host:port/v1 of a running server (default: start one)")
+    parser.add_argument("--config", type=Path, default=CONFIG, help="Serve config of the app to start")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    args = parser.parse_args()
+    url = args.url or start_local_app(args.config)
+    speaker = Speaker()
+    result: dict[str, Any] = {}
+    for name in args.modes:
+        print(f"{name}:", flush=True)
+        result[name] = {part: await PARTS[part](url, MODES[name], speaker) for part in args.parts}
+        print(json.dumps({name: result[name]}), flush=True)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
