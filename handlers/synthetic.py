@@ -6,7 +6,8 @@ would carry a handful (``cluster/loadtest.yaml``):
 
 - a question is a pure tone whose frequency encodes its number (``question_tone``);
 - the VAD is silero's own segmenter driven by signal energy instead of the network;
-- the STT reads the tone's frequency back (``Question 17.``);
+- the STT reads the tone's frequency back (``Question 17.``), and a hum below them all as a
+  backchannel (``backchannel_tone``: ``Mm-hmm.``);
 - the LLM streams a scripted answer that names the question (``Answer 17: ...``) at a set
   token rate;
 - the TTS emits a tone as long as the text would take to say, and holds its replica for a set
@@ -34,6 +35,9 @@ BASE_HZ = 400.0
 STEP_HZ = 25.0
 MAX_QUESTION = 120
 """Questions 0..MAX_QUESTION map to 400..3400 Hz, well inside 16 kHz audio."""
+BACKCHANNEL_STEPS = -8
+"""The hum ``BACKCHANNEL_STEPS`` steps below question 0 (200 Hz): no question's tone."""
+BACKCHANNEL_TEXT = "Mm-hmm."
 TONE_LEVEL = 0.3
 ENERGY_THRESHOLD = 0.01
 """RMS of a 32 ms window above which the energy VAD hears speech."""
@@ -69,8 +73,17 @@ def question_tone(number: int, seconds: float, rate: int = SPEECH_RATE) -> np.nd
     """The spoken form of question ``number``: a float32 tone the synthetic STT reads back."""
     if not 0 <= number <= MAX_QUESTION:
         raise ValueError(f"question numbers go from 0 to {MAX_QUESTION}, not {number}")
+    return _tone(BASE_HZ + STEP_HZ * number, seconds, rate)
+
+
+def backchannel_tone(seconds: float, rate: int = SPEECH_RATE) -> np.ndarray:
+    """A backchannel's spoken form: a hum the synthetic STT hears as ``BACKCHANNEL_TEXT``."""
+    return _tone(BASE_HZ + STEP_HZ * BACKCHANNEL_STEPS, seconds, rate)
+
+
+def _tone(hz: float, seconds: float, rate: int) -> np.ndarray:
     t = np.arange(int(seconds * rate)) / rate
-    return (TONE_LEVEL * np.sin(2 * np.pi * (BASE_HZ + STEP_HZ * number) * t)).astype(np.float32)
+    return (TONE_LEVEL * np.sin(2 * np.pi * hz * t)).astype(np.float32)
 
 
 def question_text(number: int) -> str:
@@ -109,6 +122,8 @@ class ToneTranscriber:
         spectrum = np.abs(np.fft.rfft(voiced))
         peak_hz = float(np.argmax(spectrum)) * SPEECH_RATE / voiced.size
         number = round((peak_hz - BASE_HZ) / STEP_HZ)
+        if number == BACKCHANNEL_STEPS:
+            return BACKCHANNEL_TEXT
         return question_text(number) if 0 <= number <= MAX_QUESTION else ""
 
 

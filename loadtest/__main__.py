@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=_positive(int), default=3, help="questions per session (default 3)")
     parser.add_argument("--interrupt-rate", type=_rate, default=0.0, help="share of answers cut by speech")
     parser.add_argument("--cancel-rate", type=_rate, default=0.0, help="share of answers cut by response.cancel")
+    parser.add_argument(
+        "--backchannel-rate",
+        type=_rate,
+        default=0.0,
+        help="share of answers a hum is said over; those sessions ask for our interruption rules",
+    )
     parser.add_argument("--ramp-s", type=_non_negative, default=0.0, help="start the sessions over this long")
     parser.add_argument("--duration-s", type=_positive(float), help="stop starting turns after this long")
     parser.add_argument("--seed", type=int, default=0)
@@ -59,8 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fail-on-stale", action="store_true", help="exit 1 if any stale audio arrived")
     parser.add_argument("--fail-on-leak", action="store_true", help="exit 1 if any answer leaked across sessions")
     args = parser.parse_args(argv)
-    if args.interrupt_rate + args.cancel_rate > 1:
-        parser.error("--interrupt-rate plus --cancel-rate cannot exceed 1")
+    if args.interrupt_rate + args.cancel_rate + args.backchannel_rate > 1:
+        parser.error("--interrupt-rate, --cancel-rate and --backchannel-rate add up to more than 1")
     if not args.url.startswith(("ws://", "wss://")):
         parser.error(f"--url must be a ws:// or wss:// URL, not {args.url!r}")
     return args
@@ -80,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         calibrate=not args.no_calibrate,
         continuous_mic=args.continuous_mic,
         voiced_tones=args.voiced_tones,
+        backchannel_rate=args.backchannel_rate,
     )
     try:
         result = asyncio.run(run_load(config))

@@ -135,6 +135,8 @@ class EchoSession:
         kind = event.get("type")
         if kind == "input_audio_buffer.append":
             await self._on_audio(event["audio"])
+        elif kind == "session.update":  # taken, changing nothing: every onset still interrupts
+            await self.emit({"type": "session.updated", "session": event.get("session", {})})
         elif kind == "response.cancel":
             if not await self.cancel():
                 error = {"type": "invalid_request_error", "code": "response_cancel_not_active", "message": "none"}

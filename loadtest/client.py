@@ -3,19 +3,18 @@
 The session speaks its questions in real time (100 ms frames, trailing silence for the
 server's VAD), waits for the answer and listens to it for as long as it plays, and now and
 then interrupts an answer at a random moment: by speaking its next question (server-VAD
-barge-in) or with ``response.cancel``. Every server event is filed as it is read under the
-turn and response it belongs to, and what must never happen is counted: audio of a response
-after its ``response.done`` (stale bytes), ``response.done`` without ``response.created``,
-errors.
+barge-in) or with ``response.cancel``; or says a backchannel over it (a hum that must not
+interrupt: such a session asks for ``BACKCHANNEL_RULES``). Every server event is filed as it
+is read under the turn and response it belongs to, and what must never happen is counted:
+audio of a response after its ``response.done`` (stale bytes), ``response.done`` without
+``response.created``, errors.
 
 A session costs its process little, so that one process can drive hundreds of them beside
 the server (``python -m loadtest.bench_client`` measures it against an echo server):
 
 - the JSON text of each audio frame of a question is built once per process and prompt;
-- frames go out on a deadline schedule (no drift) on a 10 ms grid: one timer per tick wakes
-  every session whose frame is due, and the loop turns once for all of them;
-- a received message is handled in the turn of the event loop that read it (no queue, no
-  reader task woken per message), an audio delta's size is read from its base64 length;
+- frames go out on a deadline schedule (no drift), messages are handled as they are read,
+  and audio is counted without decoding it (``loadtest.wire``);
 - permessage-deflate is not offered: on base64 audio it saves about a quarter of the bytes
   on a link where bytes are free, and costs both ends CPU for every message.
 """
@@ -24,20 +23,18 @@ import asyncio
 import base64
 import functools
 import json
-import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import websockets
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.frames import DATA_OPCODES, Frame, Opcode
-from websockets.protocol import Event
+from websockets.asyncio.client import connect
 
+from deployments.realtime.interruptions import InterruptionRules
 from handlers.audio import REALTIME_RATE
 from loadtest.prompts import Prompt, PromptSet
+from loadtest.wire import DeliveringConnection, audio_size, running_metronome
 
 FRAME_MS = 100
 FRAME_BYTES = REALTIME_RATE * 2 * FRAME_MS // 1000
@@ -48,12 +45,21 @@ LISTEN_CAP_S = 10.0
 """Longest a session listens to an answer before its next turn."""
 DEFAULT_ANSWERING_S = 0.5
 """How long an answer streams from its first audio to its end, when not calibrated."""
-TICK_S = 0.01
-"""A frame goes out at its deadline rounded up to this grid (at most 10 ms late, never
-drifting): the timers of many sessions then fire in one turn of the event loop."""
-_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
 
-Interruption = Literal["barge-in", "cancel"] | None
+Interruption = Literal["barge-in", "cancel", "backchannel"] | None
+BACKCHANNEL_RULES = json.dumps(
+    {
+        "type": "session.update",
+        "session": {
+            "type": "realtime",
+            "audio": {
+                "input": {"turn_detection": {"type": "server_vad", "interruption": InterruptionRules().model_dump()}}
+            },
+        },
+    }
+)
+"""Our extension's default rules (an interruption lasts 300 ms and says more than a
+backchannel), for the servers whose own rule is OpenAI's (``cluster/loadtest.yaml``)."""
 
 
 @dataclass
@@ -89,7 +95,8 @@ class Turn:
     response: Response | None = None
     interruption: Interruption = None
     interrupted_at: float | None = None
-    """When the interrupting speech began to be sent, or ``response.cancel`` was sent."""
+    """When the interrupting speech (or the backchannel) began to be sent, or
+    ``response.cancel`` was sent."""
     barge_in_heard_at: float | None = None
     """When the server said ``speech_started`` for the interrupting speech."""
     timed_out: bool = False
@@ -104,6 +111,8 @@ class SessionLog:
     turns: list[Turn] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     done_without_created: int = 0
+    unasked_responses: int = 0
+    """Responses to no question of the session: a backchannel taken for a turn."""
     unattributed_stale_bytes: int = 0
     disconnected: bool = False
     model: str | None = None
@@ -132,102 +141,6 @@ def spoken_frames(prompt: Prompt) -> tuple[tuple[str, float], ...]:
     )
 
 
-def _is_base64(text: str) -> bool:
-    """Only base64's characters (padding included): no quote, backslash or control character."""
-    return text.isascii() and not text.encode("ascii").translate(None, _BASE64)
-
-
-def audio_size(delta: str) -> int:
-    """Bytes of audio in a base64 ``delta``, exactly ``len(base64.b64decode(delta))``: counted
-    from its length when it is plain padded base64 (as a server sends it), decoded otherwise."""
-    size = len(delta)
-    padding = size - len(delta.rstrip("="))
-    if size % 4 == 0 and padding <= 2 and _is_base64(delta) and "=" not in delta[: size - padding]:
-        return size // 4 * 3 - padding
-    return len(base64.b64decode(delta))
-
-
-class _Metronome:
-    """The wake-ups of every session in one event loop, on a ``TICK_S`` grid of the loop's
-    clock: one timer per tick for all the frames due in it, not one per frame."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._due: dict[int, list[asyncio.Future[None]]] = {}
-
-    async def until(self, deadline: float) -> None:
-        """Sleep until ``deadline`` (``time.monotonic()``) rounded up to the grid; if that is
-        past, only yield to the other tasks."""
-        now = self.loop.time()
-        tick = math.ceil((deadline - time.monotonic() + now) / TICK_S)
-        if tick * TICK_S <= now:
-            await asyncio.sleep(0)
-            return
-        waiters = self._due.get(tick)
-        if waiters is None:
-            waiters = self._due[tick] = []
-            self.loop.call_at(tick * TICK_S, self._fire, tick)
-        waiter = self.loop.create_future()
-        waiters.append(waiter)
-        await waiter  # a cancelled sleeper cancels its own waiter, no one else's
-
-    def _fire(self, tick: int) -> None:
-        for waiter in self._due.pop(tick):
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-_metronome: _Metronome | None = None
-
-
-def _running_metronome() -> _Metronome:
-    """The metronome of the running loop (one at a time: a new loop gets a new one)."""
-    global _metronome
-    loop = asyncio.get_running_loop()
-    if _metronome is None or _metronome.loop is not loop:
-        _metronome = _Metronome(loop)
-    return _metronome
-
-
-class _Connection(ClientConnection):
-    """websockets' client connection, handing each message to a handler as soon as it is
-    parsed, in the turn of the event loop that read it, instead of queueing it for a reader
-    task to wake up for. (Pings, pongs, the close and the handshake are websockets' own.)"""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._handler: Callable[[bytes, bool], None] | None = None
-        self._early: list[tuple[bytes, bool]] = []
-        """Messages read with the handshake's response, before :meth:`deliver_to`."""
-        self._fragments: list[bytes] = []
-        self._text = False
-
-    def deliver_to(self, handler: Callable[[bytes, bool], None]) -> None:
-        """From now on, call ``handler(data, is_text)`` with each message (and now with those
-        that came before)."""
-        self._handler = handler
-        early, self._early = self._early, []
-        for data, text in early:
-            handler(data, text)
-
-    def process_event(self, event: Event) -> None:
-        if self.response is None or not isinstance(event, Frame) or event.opcode not in DATA_OPCODES:
-            super().process_event(event)
-            return
-        if event.opcode is not Opcode.CONT:
-            self._fragments.clear()
-            self._text = event.opcode is Opcode.TEXT
-        if not event.fin:  # a fragment: the message is whole with its last one
-            self._fragments.append(bytes(event.data))
-            return
-        data = b"".join([*self._fragments, event.data]) if self._fragments else bytes(event.data)
-        self._fragments.clear()
-        if self._handler is None:
-            self._early.append((data, self._text))
-        else:
-            self._handler(data, self._text)
-
-
 class Session:
     """Drives one WebSocket session through ``turns`` questions (or until ``deadline``)."""
 
@@ -244,6 +157,7 @@ class Session:
         answering_s: dict[int, float] | None = None,
         compression: str | None = None,
         continuous_mic: bool = False,
+        backchannel_rate: float = 0.0,
     ) -> None:
         self.log = SessionLog(index)
         self._url = url
@@ -258,6 +172,7 @@ class Session:
         """``"deflate"`` offers permessage-deflate (``python -m loadtest.bench_client`` measures
         what it costs); ``None``, the default, does not."""
         self._continuous_mic = continuous_mic
+        self._backchannel_rate = backchannel_rate
         """Stream silence whenever no question is being spoken, as a browser's or a phone's
         microphone does, instead of sending audio only around questions."""
         self._voices = 0
@@ -278,14 +193,17 @@ class Session:
     async def run(self, turns: int, deadline: float) -> SessionLog:
         try:
             url = f"{self._url}?model=s2s"
-            async with connect(url, max_size=None, compression=self._compression, create_connection=_Connection) as ws:
-                assert isinstance(ws, _Connection)
+            opening = connect(url, max_size=None, compression=self._compression, create_connection=DeliveringConnection)
+            async with opening as ws:
+                assert isinstance(ws, DeliveringConnection)
                 self._ws = ws
                 ws.deliver_to(self._on_message)
                 reader = asyncio.ensure_future(self._read())
                 try:
                     async with asyncio.timeout(EVENT_TIMEOUT_S):
                         await self._created.wait()
+                    if self.log.model is not None and self._backchannel_rate:
+                        await ws.send(BACKCHANNEL_RULES)
                     if self.log.model is not None:  # else refused (an error event says why)
                         microphone = asyncio.ensure_future(self._microphone()) if self._continuous_mic else None
                         try:
@@ -321,17 +239,22 @@ class Session:
         return turn
 
     async def _speak(self, turn: Turn) -> None:
-        """Send the question at microphone pace, then silence; note when speech ended. Each
-        frame is due when the audio before it has played (from the start: no drift)."""
-        metronome = _running_metronome()
+        await self._say(turn.prompt, turn)
+
+    async def _say(self, prompt: Prompt, turn: Turn | None = None) -> None:
+        """Send the prompt at microphone pace, then silence; note when the turn's speech
+        ended. Each frame is due when the audio before it has played (from the start: no
+        drift)."""
+        metronome = running_metronome()
         start = time.monotonic()
         played = 0.0
         self._voices += 1
         try:
-            for event, played in spoken_frames(turn.prompt):
+            for event, played in spoken_frames(prompt):
                 await self._ws.send(event)
                 await metronome.until(start + played)
-            turn.speech_end_at = time.monotonic()
+            if turn is not None:
+                turn.speech_end_at = time.monotonic()
             for frame in range(1, int(TRAILING_SILENCE_S * 1000 / FRAME_MS) + 1):
                 await self._ws.send(SILENCE_EVENT)
                 await metronome.until(start + played + frame * FRAME_MS / 1000)
@@ -341,7 +264,7 @@ class Session:
     async def _microphone(self) -> None:
         """The continuous microphone: a frame of silence every frame's length while no
         question is being spoken."""
-        metronome = _running_metronome()
+        metronome = running_metronome()
         due = time.monotonic()
         while True:
             due += FRAME_MS / 1000
@@ -364,6 +287,9 @@ class Session:
                     spoken = await self._interrupt(turn, response, roll < self._interrupt_rate)
                     await response.done.wait()
                     return spoken
+                if roll < self._interrupt_rate + self._cancel_rate + self._backchannel_rate:
+                    await response.first_audio.wait()
+                    await self._backchannel(turn, response)
                 await response.done.wait()
         except TimeoutError:
             turn.timed_out = True
@@ -374,12 +300,9 @@ class Session:
         return None
 
     async def _interrupt(self, turn: Turn, response: Response, by_speech: bool) -> Turn | None:
-        """At a random moment while the server is still answering (from its first audio to
-        its ``response.done``, as long as calibration measured): speak the next question, or
-        cancel."""
-        answering_s = self._answering_s.get(turn.prompt.number, DEFAULT_ANSWERING_S)
-        await asyncio.sleep(self._rng.uniform(0.0, 0.8 * answering_s))
-        if response.done.is_set():
+        """At a random moment while the server is still answering: speak the next question,
+        or cancel."""
+        if not await self._while_answering(turn, response):
             return None
         turn.interrupted_at = time.monotonic()
         if not by_speech:
@@ -392,6 +315,24 @@ class Session:
         self._speaking.add(speaking)
         speaking.add_done_callback(self._speaking.discard)
         return spoken
+
+    async def _backchannel(self, turn: Turn, response: Response) -> None:
+        """At a random moment while the server is still answering, say the backchannel (the
+        answer goes on: the session waits for its end as for any other)."""
+        backchannel = self._prompts.backchannel
+        if backchannel is None or not await self._while_answering(turn, response):
+            return
+        turn.interruption, turn.interrupted_at = "backchannel", time.monotonic()
+        saying = asyncio.ensure_future(self._say(backchannel))
+        self._speaking.add(saying)
+        saying.add_done_callback(self._speaking.discard)
+
+    async def _while_answering(self, turn: Turn, response: Response) -> bool:
+        """Wait for a random moment of the answer (from its first audio to its
+        ``response.done``, as long as calibration measured); whether it is still going."""
+        answering_s = self._answering_s.get(turn.prompt.number, DEFAULT_ANSWERING_S)
+        await asyncio.sleep(self._rng.uniform(0.0, 0.8 * answering_s))
+        return not response.done.is_set()
 
     async def _read(self) -> None:
         """Until the connection ends; its events are read as they come (``_on_message``)."""
@@ -433,7 +374,9 @@ class Session:
         elif kind == "response.created":
             response = self._responses[event["response"]["id"]] = Response(event["response"]["id"], now)
             turn = self._oldest_waiting()
-            if turn is not None:
+            if turn is None:
+                self.log.unasked_responses += 1
+            else:
                 self._waiting.remove(turn)
                 turn.response = response
                 turn.answered.set()

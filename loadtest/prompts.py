@@ -8,15 +8,20 @@ Two sets, picked by the model the server names in ``session.created``:
   the synthetic STT reads back, and the scripted answer says ``Answer N``; voiced (for the
   real silero VAD, ``synthetic.vad: silero``), a sentence spoken by Piper under each tone:
   silero hears the speech, the STT still reads the tone, which outweighs it in the spectrum.
+
+Each set has its backchannel too, a hum said over an answer: Piper's "Mm hmm." (spelled so:
+tiny.en hears Piper's "Mm-hmm." as words), or the synthetic STT's backchannel tone.
 """
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from handlers.assets import cache_dir
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
-from handlers.synthetic import answer_number, question_text, question_tone
+from handlers.synthetic import BACKCHANNEL_TEXT, answer_number, backchannel_tone, question_text, question_tone
 
 CAPITALS = [
     ("France", "Paris"),
@@ -32,6 +37,8 @@ TONE_QUESTIONS = 100
 TONE_SECONDS = 1.2
 VOICE_UNDER_TONES = "Here is my question for you."
 VOICE_LEVEL = 0.5
+BACKCHANNEL = "Mm hmm."
+BACKCHANNEL_SECONDS = 0.6
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,12 @@ class Prompt:
 class PromptSet:
     """The questions of one kind, and which of them a text names."""
 
-    def __init__(self, name: str, prompts: list[Prompt], marks: list[tuple[str, ...]]) -> None:
+    def __init__(
+        self, name: str, prompts: list[Prompt], marks: list[tuple[str, ...]], backchannel: Prompt | None = None
+    ) -> None:
         self.name = name
+        self.backchannel = backchannel
+        """What a session says over an answer to show it listens: it must not interrupt."""
         self.history_free = name == "tones"
         """Whether an answer is the same whatever came before it in the conversation."""
         self.prompts = prompts
@@ -84,21 +95,31 @@ def spoken(texts: dict[str, str]) -> dict[str, bytes]:
 def spoken_prompts() -> PromptSet:
     """Capital questions spoken by Piper."""
     texts = {country.lower(): f"What is the capital of {country}?" for country, _ in CAPITALS}
-    audio = spoken(texts)
+    audio = spoken({**texts, "backchannel": BACKCHANNEL})
     prompts = [Prompt(number, texts[name], audio[name]) for number, name in enumerate(texts)]
-    return PromptSet("spoken", prompts, [(country.lower(), city.lower()) for country, city in CAPITALS])
+    backchannel = Prompt(-1, BACKCHANNEL, audio["backchannel"])
+    return PromptSet("spoken", prompts, [(country.lower(), city.lower()) for country, city in CAPITALS], backchannel)
 
 
 def tone_prompts(voiced: bool = False) -> PromptSet:
-    voice = pcm16_to_float(spoken({"voice-under-tones": VOICE_UNDER_TONES})["voice-under-tones"]) if voiced else None
+    voices = spoken({"voice-under-tones": VOICE_UNDER_TONES, "backchannel": BACKCHANNEL}) if voiced else {}
+    voice = pcm16_to_float(voices["voice-under-tones"]) if voiced else None
     prompts = []
     for n in range(TONE_QUESTIONS):
         seconds = TONE_SECONDS if voice is None else len(voice) / REALTIME_RATE
-        tone = resample(question_tone(n, seconds), SPEECH_RATE, REALTIME_RATE)
-        if voice is not None:
-            tone[: len(voice)] += VOICE_LEVEL * voice[: len(tone)]
-        prompts.append(Prompt(n, question_text(n), float_to_pcm16(tone)))
-    return PromptSet("tones", prompts, [])
+        prompts.append(Prompt(n, question_text(n), _under(question_tone(n, seconds), voice)))
+    hum = pcm16_to_float(voices["backchannel"]) if voiced else None
+    seconds = BACKCHANNEL_SECONDS if hum is None else len(hum) / REALTIME_RATE
+    backchannel = Prompt(-1, BACKCHANNEL_TEXT, _under(backchannel_tone(seconds), hum))
+    return PromptSet("tones", prompts, [], backchannel)
+
+
+def _under(tone: np.ndarray, voice: np.ndarray | None) -> bytes:
+    """The tone as a client sends it (24 kHz PCM16), with the voice under it if any."""
+    sent = resample(tone, SPEECH_RATE, REALTIME_RATE)
+    if voice is not None:
+        sent[: len(voice)] += VOICE_LEVEL * voice[: len(sent)]
+    return float_to_pcm16(sent)
 
 
 def prompts_for(model: str, voiced_tones: bool = False) -> PromptSet:

@@ -12,6 +12,10 @@ Correctness counters, each of which must be zero in a healthy run:
 
 ``interrupts_too_late`` counts interruptions that reached the server after its answer had
 ended (a ``response.cancel`` then gets ``response_cancel_not_active``, which is right).
+
+With backchannels said over answers (``--backchannel-rate``), two more must be zero:
+``answers_lost_to_backchannels`` (an answer a backchannel cancelled) and
+``unasked_responses`` (a backchannel taken for a turn and answered).
 """
 
 import json
@@ -47,7 +51,7 @@ def turn_latencies(turn: Turn) -> dict[str, float | None]:
     }
     if response is not None and response.status == "completed" and first_audio is not None:
         latencies["audio_gap_ms"] = response.longest_gap_s * 1000  # the answer's longest silence
-    if turn.interruption is not None and response is not None and response.status == "cancelled":
+    if turn.interruption in ("barge-in", "cancel") and response is not None and response.status == "cancelled":
         kind = "barge_in" if turn.interruption == "barge-in" else "cancel"
         latencies[f"{kind}_to_response_done_ms"] = _ms(response.done_at, turn.interrupted_at)
         last = _ms(response.last_audio_at, turn.interrupted_at)
@@ -87,8 +91,15 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "barge_ins": sum(t.interruption == "barge-in" for t in turns),
         "cancels": sum(t.interruption == "cancel" for t in turns),
         "interrupts_too_late": sum(
-            t.interruption is not None and t.response is not None and t.response.status == "completed" for t in turns
+            t.interruption in ("barge-in", "cancel") and t.response is not None and t.response.status == "completed"
+            for t in turns
         ),
+        "backchannels": sum(t.interruption == "backchannel" for t in turns),
+        "answers_lost_to_backchannels": sum(
+            t.interruption == "backchannel" and t.response is not None and t.response.status != "completed"
+            for t in turns
+        ),
+        "unasked_responses": sum(log.unasked_responses for log in result.logs),
         "stale_bytes": sum(r.stale_bytes for r in responses) + sum(log.unattributed_stale_bytes for log in result.logs),
         "leaks": sum(_leaked(log_turns, prompts) for log_turns in (log.turns for log in result.logs)),
         "cut_short": sum(_cut_short(t, result.calibrated_words, prompts) for t in turns),
@@ -143,7 +154,8 @@ def markdown(summary: dict[str, Any]) -> str:
     config, counts = summary["config"], summary["counts"]
     lines = [
         f"# Load test: {config['sessions']} sessions x {config['turns']} turns, "
-        f"interrupt rate {config['interrupt_rate']}, cancel rate {config['cancel_rate']}",
+        f"interrupt rate {config['interrupt_rate']}, cancel rate {config['cancel_rate']}, "
+        f"backchannel rate {config['backchannel_rate']}",
         "",
         f"Server model `{summary['server_info']['model']}`, {summary['duration_s']} s, "
         f"{summary['completed_turns_per_s']} completed turns/s.",

@@ -45,6 +45,8 @@ class LoadConfig:
     """Silence streamed between questions too, as real clients' microphones do."""
     voiced_tones: bool = False
     """Synthetic questions with speech under each tone, for a server on the real silero VAD."""
+    backchannel_rate: float = 0.0
+    """Share of answers a backchannel is said over (they must play on)."""
 
 
 @dataclass
@@ -117,6 +119,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
                 turn_ended,
                 answering_s,
                 continuous_mic=config.continuous_mic,
+                backchannel_rate=config.backchannel_rate,
             )
             return await driver.run(config.turns, deadline)
 

@@ -254,7 +254,7 @@ class Responder:
 
     def _end(self, run: ResponseRun, status: Status, details: RealtimeResponseStatus | None = None) -> None:
         run.status = status
-        ResponseEvents(self._outbox, run).done(details)
+        ResponseEvents(self._outbox, run).done(details, on_sent=self._playback.answer_over)
         if not self._outbox.holds(run.id):
             self._ended(run)
         self._metrics.response_ended(run.timeline.report(run.id, status))

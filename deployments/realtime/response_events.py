@@ -97,8 +97,8 @@ class ResponseEvents:
     def failed(self, error: ProtocolError) -> None:
         self._outbox.put(error_event(error, "server_error"), self._run.id)
 
-    def done(self, details: RealtimeResponseStatus | None = None) -> None:
-        self._emit(ResponseDoneEvent, response=wire_response(self._run, details))
+    def done(self, details: RealtimeResponseStatus | None = None, on_sent: Sent | None = None) -> None:
+        self._emit(ResponseDoneEvent, on_sent, response=wire_response(self._run, details))
 
     def _emit(self, event_type: type[OpenAIModel], on_sent: Sent | None = None, **fields: Any) -> None:
         self._outbox.put(server_event(event_type, **fields), self._run.id, on_sent)

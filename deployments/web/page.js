@@ -8,8 +8,10 @@ const RATE = 24000;
 const JITTER_S = 0.08; // a little audio in hand before playback starts: smooths network jitter
 
 const $ = (id) => document.getElementById(id);
-const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 0, stops: [], errors: [] };
+const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 0, stops: [], errors: [], lastSoundAt: 0 };
 // stops: per barge-in, ms from speech_started to the last sound of the interrupted answer.
+// lastSoundAt and window.s2s.microphoneAt: performance.now() of the answer's last sound heard,
+// and of the microphone's start (a test's fake microphone plays its file from then).
 window.s2s = { stats, connected: false };
 
 let socket = null; // { send(text), close() } over either transport
@@ -40,6 +42,7 @@ async function connect() {
   microphone = await navigator.mediaDevices.getUserMedia({
     audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
   });
+  window.s2s.microphoneAt = performance.now();
   const capture = new AudioWorkletNode(context, "mic-capture");
   const silent = context.createGain();
   silent.gain.value = 0; // the worklet runs only when it leads to the output
@@ -123,7 +126,10 @@ function listen(stream) {
     if (!context || context.state === "closed") return clearInterval(tick);
     analyser.getFloatTimeDomainData(samples);
     const sounding = samples.some((sample) => Math.abs(sample) > 0.01);
-    if (sounding) stats.playedMs += 20;
+    if (sounding) {
+      stats.playedMs += 20;
+      stats.lastSoundAt = performance.now();
+    }
     const bargeIn = window.s2s.bargeIn;
     if (bargeIn && sounding) bargeIn.lastSound = performance.now();
     if (bargeIn && performance.now() - bargeIn.at > 3000) settleBargeIn(); // no new answer came
@@ -232,7 +238,9 @@ function play(itemId, b64) {
   playing.chunks.push({ source, start, duration: buffer.duration });
   stats.receivedMs += buffer.duration * 1000;
   source.onended = () => {
-    if (!source.stopped) stats.playedMs += buffer.duration * 1000;
+    if (source.stopped) return;
+    stats.playedMs += buffer.duration * 1000;
+    stats.lastSoundAt = performance.now();
   };
 }
 

@@ -41,13 +41,25 @@ def synthetic_url(serve_port: int, request: pytest.FixtureRequest) -> Iterator[s
 
 
 async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, tmp_path: Path) -> None:
-    config = LoadConfig(synthetic_url, 50, 3, interrupt_rate=0.3, cancel_rate=0.2, ramp_s=5, duration_s=None, seed=7)
+    """With backchannels said over answers too: none of them may cut one, or be answered."""
+    config = LoadConfig(
+        synthetic_url,
+        50,
+        3,
+        interrupt_rate=0.3,
+        cancel_rate=0.2,
+        ramp_s=5,
+        duration_s=None,
+        seed=7,
+        backchannel_rate=0.2,
+    )
     summary = write(await run_load(config), tmp_path / "serving.json")
 
     counts = summary["counts"]
     assert {name: counts[name] for name in CLEAN} == dict.fromkeys(CLEAN, 0)
     assert counts["no_response"] == 0 and counts["failed"] == 0
     assert counts["turns"] >= 150 and counts["cancelled"] >= 10  # interrupts did happen
+    assert counts["backchannels"] >= 10 and counts["answers_lost_to_backchannels"] == counts["unasked_responses"] == 0
     assert summary["latency_ms"]["voice_to_voice_ms"]["count"] >= 100
     server = summary["server"]
     assert server["totals"]["s2s_turns_total"] >= counts["turns"] - counts["barge_ins"]

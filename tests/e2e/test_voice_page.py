@@ -147,3 +147,46 @@ async def test_speech_during_the_answer_stops_playback_at_once(
     assert await page.locator("li.assistant.cut").count() >= 1, "the interrupted answer is marked so"
     assert stats["errors"] == []
     await hang_up(page)
+
+
+BACKCHANNEL = "Mm hmm."
+"""Piper's "Mm-hmm." sounds like words to tiny.en ("Hey, no, no."); spaced, it hums ("MMMM.")."""
+PLAYED_ON_MS = 1000
+"""The answer sounded this long after the backchannel ended: it was playing over it and went on."""
+
+
+@TRANSPORTS
+async def test_a_backchannel_during_the_answer_leaves_its_playback_running(
+    browser_with: Callable[[Path], Any],
+    realtime_url: str,
+    speak: Callable[..., np.ndarray],
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    question = speak(LONG_QUESTION, silence_s=0.5)
+    gap = silence(6.0)
+    backchannel = speak(BACKCHANNEL, silence_s=0.0)
+    backchannel_ends_ms = 1000 * (len(question) + len(gap) + len(backchannel)) / SPEECH_RATE
+    microphone = microphone_file(tmp_path / "mic.wav", [question, gap, backchannel, silence(60)])
+    answer_over = (
+        "!window.s2s.serverPlaying"  # the server says its playback ended (or was cleared)
+        if transport == "webrtc"
+        else "window.s2s.stats.playedMs >= window.s2s.stats.receivedMs - 1"  # every chunk played
+    )
+    for attempt in range(2):
+        page = await open_page(await browser_with(microphone), realtime_url, transport)
+        await page.wait_for_function(f"window.s2s.stats.responses >= 1 && {answer_over}", timeout=120_000)
+        stats = await page.evaluate("window.s2s.stats")
+        started = await page.evaluate("window.s2s.microphoneAt")
+        played_on_ms = stats["lastSoundAt"] - (started + backchannel_ends_ms)
+        if played_on_ms > PLAYED_ON_MS or attempt == 1:
+            break
+        # The answer had ended before the backchannel was spoken (a short answer): that run
+        # says nothing about it; the call is made again.
+        await hang_up(page)
+    print(json.dumps({"transport": transport, "answer_played_on_after_the_backchannel_ms": round(played_on_ms)}))
+    assert stats["cancelled"] == 0 and stats["stops"] == [], f"the backchannel cut the answer: {stats}"
+    assert played_on_ms > PLAYED_ON_MS, f"the answer's last sound came {played_on_ms:.0f} ms after the backchannel"
+    assert await page.locator("li.user").count() == 1, "the backchannel is no turn: no item, no answer"
+    assert stats["responses"] == 1 and stats["errors"] == []
+    await hang_up(page)

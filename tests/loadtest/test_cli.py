@@ -20,7 +20,7 @@ URL = "ws://127.0.0.1:1/v1/realtime"
         (["--url", URL, "--sessions", "2", "--interrupt-rate", "1.5", "--out", "r.json"], "probability"),
         (
             ["--url", URL, "--sessions", "2", "--interrupt-rate", "0.7", "--cancel-rate", "0.5", "--out", "r.json"],
-            "cannot exceed 1",
+            "add up to more than 1",
         ),
         (["--url", "http://x/v1/realtime", "--sessions", "2", "--out", "r.json"], "ws:// or wss://"),
         (["--url", URL, "--sessions", "two", "--out", "r.json"], "invalid"),

@@ -20,19 +20,9 @@ from websockets.asyncio.server import ServerConnection, serve
 from handlers.audio import REALTIME_RATE
 from loadtest import bench_client
 from loadtest.bench_client import ANSWER_S, EchoServer
-from loadtest.client import (
-    FRAME_BYTES,
-    FRAME_MS,
-    SILENCE_EVENT,
-    TICK_S,
-    Session,
-    SessionLog,
-    _Connection,
-    _running_metronome,
-    audio_size,
-    spoken_frames,
-)
+from loadtest.client import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Session, SessionLog, spoken_frames
 from loadtest.prompts import PromptSet, tone_prompts
+from loadtest.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 
 ANSWER_BYTES = int(ANSWER_S * REALTIME_RATE) * 2
 
@@ -71,7 +61,7 @@ def test_a_question_goes_out_as_its_audio_in_frames() -> None:
 async def test_the_metronome_paces_without_drift() -> None:
     """20 frames 50 ms apart, each after 20 ms of work: due times, not intervals, so the
     work does not add up (sleeping 50 ms after each would take 1.4 s)."""
-    metronome = _running_metronome()
+    metronome = running_metronome()
     start = time.monotonic()
     for frame in range(1, 21):
         time.sleep(0.02)
@@ -81,7 +71,7 @@ async def test_the_metronome_paces_without_drift() -> None:
 
 
 async def test_sleepers_of_one_tick_share_its_timer_and_wake_without_a_cancelled_one() -> None:
-    metronome = _running_metronome()
+    metronome = running_metronome()
     deadline = time.monotonic() + 0.05
     sleepers = [asyncio.ensure_future(metronome.until(deadline)) for _ in range(3)]
     await asyncio.sleep(0)
@@ -90,7 +80,7 @@ async def test_sleepers_of_one_tick_share_its_timer_and_wake_without_a_cancelled
     await asyncio.wait_for(asyncio.gather(*sleepers[1:]), 1.0)
     assert sleepers[0].cancelled() and time.monotonic() >= deadline - 1e-3
     assert metronome._due == {}
-    assert _running_metronome() is metronome and TICK_S <= 0.01
+    assert running_metronome() is metronome and TICK_S <= 0.01
 
 
 async def test_every_message_reaches_the_handler_in_order() -> None:
@@ -105,8 +95,8 @@ async def test_every_message_reaches_the_handler_in_order() -> None:
     got: list[tuple[bytes, bool]] = []
     async with serve(talk, "127.0.0.1", 0) as server:
         port = list(server.sockets)[0].getsockname()[1]
-        async with connect(f"ws://127.0.0.1:{port}", create_connection=_Connection) as ws:
-            assert isinstance(ws, _Connection)
+        async with connect(f"ws://127.0.0.1:{port}", create_connection=DeliveringConnection) as ws:
+            assert isinstance(ws, DeliveringConnection)
             await asyncio.sleep(0.2)  # all of it has been read before a handler is given
             ws.deliver_to(lambda data, text: got.append((data, text)))
             assert await asyncio.wait_for(await ws.ping(), 5) >= 0
@@ -148,12 +138,24 @@ def _session(
     cancel: float,
     compression: str | None = None,
     continuous_mic: bool = False,
+    backchannel: float = 0.0,
 ) -> Session:
     """A session answered in 1 s of streaming (the echo server's), asking questions index, index + 1."""
     answering = dict.fromkeys(range(len(prompts.prompts)), 1.0)
     order = [index, index + 1]
     return Session(
-        index, url, prompts, order, dice, interrupt, cancel, lambda _: None, answering, compression, continuous_mic
+        index,
+        url,
+        prompts,
+        order,
+        dice,
+        interrupt,
+        cancel,
+        lambda _: None,
+        answering,
+        compression,
+        continuous_mic,
+        backchannel_rate=backchannel,
     )
 
 
@@ -227,6 +229,22 @@ def test_the_benchmark_reports_cpu_per_session_second(capsys: pytest.CaptureFixt
         assert result["client_cpu_ms_per_session_s"] > 0 and result["server_cpu_ms_per_session_s"] > 0
         assert bool(result["negotiated"]) == negotiated
         assert result["turns"] >= 2 and result["stale_bytes"] == result["timeouts"] == result["disconnects"] == 0
+
+
+async def test_a_backchannel_the_server_takes_for_an_interruption_is_counted_as_such(echo: EchoServer) -> None:
+    """The echo server's rule is OpenAI's (every onset interrupts): the hum said over the
+    answer cuts it, which the session files under the backchannel."""
+    log = await _session(echo.url, tone_prompts(), 0, Dice(0.0, 0.0), 0.0, 0.0, backchannel=1.0).run(1, math.inf)
+    _clean(log)
+    (turn,) = log.turns
+    assert turn.interruption == "backchannel" and turn.interrupted_at is not None
+    assert turn.response is not None and turn.response.status == "cancelled"
+
+
+def test_a_response_to_no_question_is_counted() -> None:
+    session = Session.uninterrupted("ws://unused", PromptSet("none", [], []), [])
+    session._on_message(b'{"type": "response.created", "response": {"id": "resp_1"}}', True)
+    assert session.log.unasked_responses == 1
 
 
 def test_a_malformed_event_is_counted_and_the_session_goes_on() -> None:

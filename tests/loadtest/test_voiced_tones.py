@@ -4,6 +4,7 @@ not hear a bare tone, and the synthetic STT still reads each one's number."""
 import numpy as np
 import pytest
 
+from deployments.realtime.interruptions import holds_a_real_word
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 from handlers.synthetic import ToneTranscriber
 from handlers.vad import SpeechStopped, TurnDetection, VADState, VoiceActivityDetector
@@ -25,3 +26,16 @@ def test_silero_hears_a_voiced_tone_and_the_stt_reads_its_number(number: int) ->
     assert ToneTranscriber().transcribe(audio) == f"Question {number}."
     bare_stops, _ = heard(detector, tone_prompts().prompts[number].pcm16)
     assert bare_stops == []  # why the voice is needed: silero hears no speech in a tone
+
+
+@pytest.mark.parametrize("voiced", [False, True])
+def test_the_backchannel_hum_is_heard_as_one_from_its_first_300_ms(voiced: bool) -> None:
+    backchannel = tone_prompts(voiced).backchannel
+    assert backchannel is not None
+    audio = resample(pcm16_to_float(backchannel.pcm16), REALTIME_RATE, SPEECH_RATE)
+    for heard_so_far in (audio[: int(0.3 * SPEECH_RATE)], audio):  # the gate's first look, and all of it
+        transcript = ToneTranscriber().transcribe(heard_so_far)
+        assert transcript == "Mm-hmm." and not holds_a_real_word(transcript)
+    if voiced:
+        stops, _ = heard(VoiceActivityDetector(), backchannel.pcm16)
+        assert len(stops) == 1 and not stops[0].too_short

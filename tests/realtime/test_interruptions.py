@@ -5,6 +5,8 @@ question, and a test says which of them are backchannels. Every answer here is l
 pieces of 3 s of audio), so it is still heard while the test speaks over it.
 """
 
+import asyncio
+
 import numpy as np
 import pytest
 from fakes import FakeStages, Gate, Harness, append_audio, speech
@@ -79,6 +81,24 @@ async def test_a_backchannel_during_an_answer_leaves_it_playing_and_is_no_turn()
         users = [m for m in h.stages.llm_requests[-1].messages if m["role"] == "user"]
         assert [m["content"] for m in users] == ["Question 1.", "Question 2."], "no item for the mm-hmm"
         assert len(h.socket.of_type("input_audio_buffer.committed")) == 2
+
+
+async def test_a_backchannel_in_a_silence_of_the_answer_is_no_turn_either() -> None:
+    stages = LongAnswers()
+    stages.tts_chunk_ms = 100  # the first piece is heard at once; the rest waits for the gate
+    async with Harness(stages) as h:
+        first_turn = speech(1)
+        append_audio(h.socket, first_turn)
+        await h.socket.wait_type("response.output_audio.delta")
+        await asyncio.sleep(0.5)  # the time it takes the answer's audio to run out (a slow TTS)
+        backchannel = speech(BACKCHANNEL, seconds=0.6, silence_s=1.0)
+        append_audio(h.socket, backchannel + speech(QUESTION))
+        second = await h.socket.wait_type("input_audio_buffer.speech_started", count=2)
+        assert abs(second["audio_start_ms"] - audio_start_ms(first_turn + backchannel)) < 100, "not the mm-hmm"
+        assert (await h.socket.wait_type("response.done"))["response"]["status"] == "cancelled"
+        h.stages.tts_gate.open()
+        await h.socket.wait_type("response.done", count=2)
+        assert len(h.socket.of_type("input_audio_buffer.committed")) == 2, "no item for the mm-hmm"
 
 
 async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_heard() -> None:
@@ -216,6 +236,8 @@ def test_the_listener_clock_counts_what_was_sent_and_shifts_by_a_pause() -> None
     now[0] = 110.4
     assert playback.playing(), "0.5 s were left when it paused"
     now[0] = 110.8
+    assert playback.playing(), "a silence inside the answer: its response.done has not gone out"
+    playback.answer_over()
     assert not playback.playing()
     playback.sent(1000)
     playback.stopped()
