@@ -108,6 +108,9 @@ class LLM:
     async def prefill(self, messages: list[ChatMessage]) -> None:
         await self._model.prefill(messages)
 
+    async def message_ends(self, text: str) -> float:
+        return await self._model.message_ends(text)
+
     def fit(self, messages: list[ChatMessage]) -> int:
         return self._model.fit(messages)
 

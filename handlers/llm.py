@@ -6,6 +6,7 @@ engine: stale requests are aborted explicitly, and the ``finally`` aborts whatev
 engine has not finished.
 """
 
+import math
 import os
 import uuid
 from collections.abc import AsyncGenerator, Callable
@@ -24,6 +25,10 @@ CPU_ENGINE_ENV = {
     # vLLM otherwise keeps one of this machine's two cores for itself.
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
 }
+
+
+END_LOGPROBS = 20
+"""The most likely next tokens read for the end of a message (vLLM's default most)."""
 
 
 class LLMConfig(BaseModel):
@@ -200,6 +205,35 @@ class LanguageModel:
         finally:
             if not finished:
                 await self.engine.abort(request_id)
+
+    async def message_ends(self, text: str) -> float:
+        """The probability that a user's message ``text`` is whole: the model's chance of
+        ending the message right after it (the end-of-message token next). LiveKit's turn
+        detector reads a small language model the same way; this one is not tuned for it."""
+        from vllm import SamplingParams
+
+        text = text.strip()
+        rendered = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            chat_template=self._chat_template,
+            tokenize=False,
+            add_generation_prompt=False,
+        )
+        cut = rendered.rindex(text) + len(text)
+        end_token = self._tokenizer.encode(rendered[cut:], add_special_tokens=False)[0]
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=END_LOGPROBS)
+        request_id = f"ends-{uuid.uuid4().hex}"
+        finished, chance = False, 0.0
+        try:
+            async for output in self.engine.generate(rendered[:cut], params, request_id):
+                finished = output.finished
+                top = (output.outputs[0].logprobs or [{}])[0]
+                if end_token in top:
+                    chance = math.exp(top[end_token].logprob)
+        finally:
+            if not finished:
+                await self.engine.abort(request_id)
+        return chance
 
     def unfinished_requests(self) -> int:
         return self.engine.get_num_unfinished_requests()

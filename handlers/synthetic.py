@@ -183,6 +183,10 @@ class ScriptedLanguageModel:
     async def prefill(self, messages: list[ChatMessage]) -> None:
         """Nothing to compute ahead: a script has no prompt cache."""
 
+    async def message_ends(self, text: str) -> float:
+        """Every message is whole: a script reads no words."""
+        return 1.0
+
     def fit(self, messages: list[ChatMessage]) -> int:
         """Every prompt fits: a script has no context."""
         return 0

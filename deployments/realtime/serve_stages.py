@@ -46,6 +46,9 @@ class ServeStages:
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return self.llm.prefill.remote(messages)
 
+    def message_ends(self, text: str) -> Awaitable[float]:
+        return self.llm.message_ends.remote(text)
+
     def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
         return self.llm.fit.remote(messages)
 

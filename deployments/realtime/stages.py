@@ -52,6 +52,10 @@ class Stages(Protocol):
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]: ...
 
+    def message_ends(self, text: str) -> Awaitable[float]:
+        """The probability that a user's message ``text`` is whole (the LLM's own reading)."""
+        ...
+
     def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
         """How many of the oldest non-system messages must go for the prompt to fit the
         LLM's context with room for the answer (``LanguageModel.fit``)."""
@@ -82,6 +86,9 @@ class BoundedStages:
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return _bounded(self.stages.prefill(messages), "llm", self.timeout_s)
+
+    def message_ends(self, text: str) -> Awaitable[float]:
+        return _bounded(self.stages.message_ends(text), "llm", self.timeout_s)
 
     def fit(self, messages: list[ChatMessage]) -> Awaitable[int]:
         return _bounded(self.stages.fit(messages), "llm", self.timeout_s)

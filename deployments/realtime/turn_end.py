@@ -1,8 +1,11 @@
 """``semantic_vad``: whether a pause ends the turn is the end-of-turn model's call.
 
 Under ``semantic_vad`` the VAD reports a stop after a short pause (``SEMANTIC_PAUSE_MS``),
-and the utterance so far goes to Smart Turn (``handlers.turn_end``). Complete, the turn ends
-at once: sooner than a silence timer would end it. Incomplete ("I'd like to book a flight
+and the utterance so far goes to Smart Turn (``handlers.turn_end``). Smart Turn reads
+prosody, and a fragment said like a statement ("Can you tell me") sounds whole to it, so
+the words are a second signal: the utterance's transcript goes to the LLM, which says how
+likely the message is to end there (``Stages.message_ends``). Complete by both, the turn
+ends at once: sooner than a silence timer would end it. Incomplete ("I'd like to book a flight
 to …"), the turn is held: if the user speaks again before the pause has lasted the bound
 ``eagerness`` sets (``EAGERNESS_SILENCE_MS``), the speech continues the same utterance (one
 item, no new ``speech_started``); if not, the turn ends at the bound. Speculation starts at
@@ -14,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -31,6 +35,11 @@ EAGERNESS_SILENCE_MS = {"high": 1000, "medium": 2000, "auto": 2000, "low": 3000}
 """The longest pause an incomplete turn waits through, by ``eagerness``."""
 COMPLETE_ABOVE = 0.5
 """Smart Turn's probability above which a turn is complete (its reference threshold)."""
+WORDS_END_ABOVE = 0.03
+"""The LLM's probability of the message ending, above which its words are complete.
+SmolLM2-135M (vLLM) on tiny.en's transcripts of Piper-spoken fragments: 0.000 to 0.026
+("Tell me about."); of whole questions 0.04 to 0.95, but "Thank you." 0.011 and "I need help
+with my order." 0.003, which then wait for the eagerness bound (docs/bench/README.md)."""
 
 EndTurn = Callable[[SpeechStopped, np.ndarray, float | None], None]
 
@@ -98,12 +107,25 @@ class TurnEnd:
 
     async def _decide(self, held: _Held) -> None:
         try:
-            complete = await self._stages.end_of_turn(held.audio) > COMPLETE_ABOVE
+            complete = await self._complete(held.audio)
         except StageFailure as failure:
             logger.warning("end-of-turn model: %s; the turn ends now", failure.message)
             complete = True
         if complete and self._held is held:
             self._end(held)
+
+    async def _complete(self, utterance: np.ndarray) -> bool:
+        """Smart Turn and the words, asked at once; complete when both say so."""
+        results = await asyncio.gather(
+            self._stages.end_of_turn(utterance), self._stages.transcribe(utterance), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result  # each is awaited: none is left unretrieved
+        sound, words = cast(tuple[float, str], tuple(results))
+        if sound <= COMPLETE_ABOVE:
+            return False
+        return not words.strip() or await self._stages.message_ends(words) > WORDS_END_ABOVE
 
     def _end(self, held: _Held) -> None:
         self._held = None

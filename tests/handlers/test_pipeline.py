@@ -8,6 +8,7 @@ import jiwer
 import numpy as np
 import pytest
 
+from deployments.realtime.turn_end import WORDS_END_ABOVE
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel, PromptTooLong
 from handlers.stt import COMPRESSION_RATIO_LIMIT, SpeechToText, STTConfig, _compression_ratio
@@ -128,6 +129,14 @@ async def test_llm_prefill_leaves_no_request_and_the_answer_follows(llm: Languag
     assert llm.unfinished_requests() == 0
     reply = "".join([d async for d in llm.stream([*history, {"role": "user", "content": "And of Germany?"}])])
     assert reply.strip(), "an empty answer"
+    assert llm.unfinished_requests() == 0
+
+
+async def test_llm_reads_a_whole_question_as_ending_and_a_fragment_as_going_on(llm: LanguageModel) -> None:
+    """tiny.en's transcripts of Piper saying each: it punctuates the fragment as if whole."""
+    whole = await llm.message_ends("Can you tell me what color the sky is?")
+    fragment = await llm.message_ends("Can you tell me?")
+    assert fragment < WORDS_END_ABOVE < whole, (fragment, whole)
     assert llm.unfinished_requests() == 0
 
 

@@ -121,6 +121,9 @@ class FakeStages:
         self.stt_gate = Gate()
         self.turn_end_gate = Gate()
         self.complete_of: Callable[[np.ndarray], float] = lambda utterance: 1.0
+        self.message_ends_of: Callable[[str], float] = lambda text: 1.0
+        """The LLM's probability that a user's message ends (``Stages.message_ends``)."""
+        self.message_ends_asked: list[str] = []
         """Smart Turn's verdict on an utterance (default: every one is complete)."""
         self.transcript = "Question one."
         self.transcript_of: Callable[[np.ndarray], str] | None = None
@@ -183,6 +186,11 @@ class FakeStages:
 
     async def prefill(self, messages: list[dict[str, str]]) -> None:
         self.prefills.append(messages)
+
+    async def message_ends(self, text: str) -> float:
+        self.message_ends_asked.append(text)
+        self._changed.set()
+        return self.message_ends_of(text)
 
     async def fit(self, messages: list[dict[str, str]]) -> int:
         """Drops what a context of ``context_chars`` characters cannot hold, oldest first."""

@@ -50,6 +50,35 @@ async def test_an_incomplete_turn_waits_and_the_speech_after_the_pause_continues
         assert float(completed["transcript"]) > 2.0, "the item is both tones' audio (one is 1.3 s)"
 
 
+async def test_words_that_do_not_end_a_message_hold_a_turn_that_sounds_complete() -> None:
+    """Smart Turn hears "Can you tell me" said like a statement as complete; the LLM reads the
+    words as a message that goes on, and the turn waits for the rest."""
+    stages = FakeStages()
+    stages.transcript_of = lambda audio: "Can you tell me" if len(audio) < 2 * SPEECH_RATE else "the rest"
+    stages.message_ends_of = lambda text: 0.001 if text == "Can you tell me" else 0.9
+    async with Harness(stages) as h:
+        await open_semantic(h)
+        append_audio(h.socket, speech(1, silence_s=0.8))
+        await stages.until(lambda: stages.message_ends_asked == ["Can you tell me"])  # the pause's verdict
+        append_audio(h.socket, speech(2, silence_s=0.5))
+        stopped = await h.socket.wait_type("input_audio_buffer.speech_stopped")
+        assert stopped["audio_end_ms"] >= 2700, "it ends after the second tone"
+        assert len(h.socket.of_type("input_audio_buffer.speech_started")) == 1, "one utterance"
+        assert stages.message_ends_asked == ["Can you tell me", "the rest"]
+
+
+async def test_words_that_end_a_message_end_the_turn_with_the_sound() -> None:
+    stages = FakeStages()
+    stages.transcript = "What is the capital of France?"
+    stages.message_ends_of = lambda text: 0.8
+    async with Harness(stages) as h:
+        await open_semantic(h)
+        append_audio(h.socket, speech(1, silence_s=0.3))
+        stopped = await h.socket.wait_type("input_audio_buffer.speech_stopped")
+        assert 900 <= stopped["audio_end_ms"] <= 1100
+        assert stages.message_ends_asked == ["What is the capital of France?"]
+
+
 async def test_an_incomplete_turn_ends_when_its_pause_reaches_the_eagerness_bound() -> None:
     stages = FakeStages()
     stages.complete_of = lambda utterance: 0.1
