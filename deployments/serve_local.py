@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,8 @@ import psutil
 import ray
 import yaml
 from ray import serve
+
+from deployments.ports import free_port
 
 READY_POLL_S = 1.0
 INGRESS_ACTOR = "#RealtimeIngress#"
@@ -184,12 +185,6 @@ if owned:
     shutil.rmtree(directory, ignore_errors=True)
 """
 """Run as a process of its own: stdin is the read end of the launcher's pipe."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _deploy(apps: list[dict[str, Any]]) -> None:

@@ -46,7 +46,6 @@ import math
 import os
 import random
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -57,6 +56,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from deployments.ports import free_port
 from handlers.audio import REALTIME_RATE
 
 FRAME_MS = 100
@@ -261,9 +261,7 @@ class EchoServer:
     """The echo server in a child process, and its CPU time."""
 
     def __init__(self, deflate: bool, stale: bool = False) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         command = [sys.executable, "-m", "loadtest.bench_client", "--serve", str(self.port)]
         command += ["--server-deflate", "on" if deflate else "off", *(["--server-stale"] if stale else [])]
         self._process = subprocess.Popen(command)

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import base64
 import json
-import socket
 import statistics
 import time
 import urllib.request
@@ -36,6 +35,7 @@ import numpy as np
 import yaml
 from openai import AsyncOpenAI
 
+from deployments.ports import free_port
 from handlers.audio import REALTIME_RATE, float_to_pcm16, resample
 from handlers.tts import TextToSpeech
 from loadtest.webrtc_call import Call
@@ -234,9 +234,7 @@ def start_local_app(config: Path) -> str:
 
     from deployments.app import build_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     app = yaml.safe_load(config.read_text())["applications"][0]
     ray.init(include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})

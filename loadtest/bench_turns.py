@@ -7,7 +7,8 @@ Piper-spoken audio at microphone pace into Realtime sessions of the app served f
   as OpenAI has it): every onset during an answer interrupts it (``min_duration_ms`` 0, no
   word check). ``semantic_vad`` was then this same 500 ms timer;
 - ``server_vad``: the server's defaults now (interruptions confirmed: 300 ms and words);
-- ``semantic_vad``: Smart Turn at each 200 ms pause, with the same interruption rules.
+- ``semantic_vad``: Smart Turn and the words (the LLM's ``message_ends``) at each 200 ms
+  pause, with the same interruption rules.
 
 Per mode:
 
@@ -65,8 +66,9 @@ PAUSED = [
     ("Please tell me", "the name of a yellow fruit."),
 ]
 PAUSE_S = 0.8
-BACKCHANNELS = ["Yeah.", "Mm-hmm.", "Right.", "Okay.", None]
-"""``None``: a cough (a noise burst of 0.4 s)."""
+BACKCHANNELS = ["Yeah.", "Mm-hmm.", "Mm hmm.", "Uh-huh.", "Right.", "Okay.", None]
+"""``None``: a cough (a noise burst of 0.4 s). Piper says "Mm-hmm." so that tiny.en hears
+words ("Hey, no, no."); spaced, it hums ("MMMM.")."""
 INTERRUPTIONS = [
     "Wait, stop.",
     "No, tell me about cats instead.",

@@ -39,7 +39,8 @@ import yaml
 from ray import serve
 
 from deployments.app import build_app
-from deployments.serve_local import DATA_PATHS, HAPROXY_SWITCH, HAProxyRun, free_port
+from deployments.ports import free_port
+from deployments.serve_local import DATA_PATHS, HAPROXY_SWITCH, HAProxyRun
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
 

@@ -11,7 +11,6 @@ harness's counters (stale bytes, leaks, cut-short answers, timeouts).
 import argparse
 import asyncio
 import json
-import socket
 import threading
 import time
 import urllib.request
@@ -24,6 +23,7 @@ from ray import serve
 from ray.util.state import list_actors
 
 from deployments.app import build_app
+from deployments.ports import free_port
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
 from loadtest.scaling import app_args
@@ -79,9 +79,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--out-dir", type=Path, default=Path("reports/soak"))
     args = parser.parse_args()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     ray.init(num_cpus=2, log_to_driver=False, include_dashboard=True)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     app = app_args(replicas=2, hold_s=0.02)

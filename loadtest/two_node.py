@@ -41,7 +41,8 @@ from ray.cluster_utils import Cluster
 
 from deployments.app import build_app
 from deployments.placement import ReplicaPlacement
-from deployments.serve_local import DATA_PATHS, HAProxyRun, free_port
+from deployments.ports import free_port
+from deployments.serve_local import DATA_PATHS, HAProxyRun
 from loadtest.metrics import scrape
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load, server_stats

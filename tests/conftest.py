@@ -3,12 +3,12 @@ started once per test session (they take seconds to start)."""
 
 import os
 import secrets
-import socket
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
+from deployments.ports import free_port
 from deployments.serve_local import HAProxyRun
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.stt import SpeechToText
@@ -41,9 +41,7 @@ def serve_port(ray_local: None) -> Iterator[int]:
     """Serve started once on a free port, for every test that deploys an application."""
     from ray import serve
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
     serve.shutdown()

@@ -17,7 +17,6 @@ replaces a lost pod), and what the sessions saw meanwhile.
 import asyncio
 import base64
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
 from ray.serve.schema import ServeDeploySchema
 
 from deployments.placement import ReplicaPlacement
+from deployments.ports import free_port
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import question_tone
 
@@ -89,12 +89,6 @@ def serve_config(spec: dict[str, Any], port: int, tts_replicas: int) -> dict[str
     args["synthetic"] = SYNTHETIC
     ServeDeploySchema.model_validate(config)
     return config
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Placements:

@@ -24,13 +24,9 @@ import pytest
 import yaml
 from websockets.asyncio.client import connect
 
+from deployments.ports import free_port
+
 STOP_LIMIT_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def get_json(url: str) -> Any:
