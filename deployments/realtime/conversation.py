@@ -121,7 +121,7 @@ async def prompt(items: Sequence[Item], instructions: str | None, then: ChatMess
     """
     pending = [i.transcribed for i in items if isinstance(i, UserAudio) and not i.transcribed.done()]
     if pending:
-        await asyncio.gather(*pending)
+        await asyncio.wait(pending)  # not gather: an answer's cancel would cancel the items' futures
     if items and isinstance(items[-1], UserAudio) and items[-1].transcription_failed:
         raise StageFailure("transcription_failed", "the question's audio could not be transcribed")
     messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []

@@ -139,7 +139,7 @@ class Speculator:
 async def _speculative_prompt(
     history: Sequence[Item], instructions: str | None, transcript: "asyncio.Future[str]"
 ) -> list[ChatMessage]:
-    text = await transcript
+    text = await asyncio.shield(transcript)  # the item's transcript too: the answer's cancel is not its
     if not text:
         raise NothingToAnswer("the pause")
     return await prompt(history, instructions, then={"role": "user", "content": text})

@@ -14,6 +14,9 @@ from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 SENTENCE = "I would like to know the capital of France."
 FIRST_WORDS = "I would like to know"
 PAUSE_S = 0.8
+TRAILING_S = 3.0
+"""Silence after the sentence: more than the longest wait of a turn held as incomplete (2 s at
+``eagerness`` auto), which the server counts in audio, so that the turn ends either way."""
 
 
 def paused_mid_sentence(speak) -> bytes:  # type: ignore[no-untyped-def]
@@ -24,7 +27,8 @@ def paused_mid_sentence(speak) -> bytes:  # type: ignore[no-untyped-def]
     low, high = int(0.8 * len(first)), int(1.2 * len(first))
     cut = low + int(np.argmin(loudness[low:high]))
     silence = np.zeros(int(PAUSE_S * SPEECH_RATE), np.float32)
-    audio = np.concatenate([silence, whole[:cut], silence, whole[cut:], 2 * silence])
+    trailing = np.zeros(int(TRAILING_S * SPEECH_RATE), np.float32)
+    audio = np.concatenate([silence, whole[:cut], silence, whole[cut:], trailing])
     return float_to_pcm16(resample(audio, SPEECH_RATE, REALTIME_RATE))
 
 

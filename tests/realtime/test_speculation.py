@@ -3,6 +3,7 @@
 import asyncio
 
 import numpy as np
+from fakes import Harness, append_audio, speech
 from rig import Rig
 
 from deployments.realtime.conversation import prompt
@@ -89,3 +90,31 @@ async def test_a_changed_transcript_gets_a_fresh_answer_and_the_held_one_is_canc
         assert rig.types().count("response.created") == 1
         assert done["response"]["id"] != taken.run.id
         assert rig.stages.llm_requests[1].messages[-1] == {"role": "user", "content": "Question two."}
+
+
+async def test_a_barge_in_before_the_transcript_cancels_the_answer_but_not_the_transcript() -> None:
+    """The answer to a turn waits on the turn's STT call, which the item waits on too: the
+    answer's cancel (the next turn's speech) must not cancel the item's transcript."""
+    async with Harness() as h:
+        h.stages.stt_gate.close()
+        append_audio(h.socket, speech(1))
+        first = await h.socket.wait_type("input_audio_buffer.committed")
+        append_audio(h.socket, speech(2))
+        await h.socket.wait_type("input_audio_buffer.committed", count=2)
+        h.stages.stt_gate.open()
+        await h.socket.wait_type("conversation.item.input_audio_transcription.completed", count=2)
+        heard = h.socket.of_type("conversation.item.input_audio_transcription.completed")
+        assert first["item_id"] in {event["item_id"] for event in heard}
+        assert h.socket.of_type("conversation.item.input_audio_transcription.failed") == []
+
+
+async def test_a_cancelled_prompt_leaves_its_items_to_be_transcribed() -> None:
+    """A fresh answer's prompt waits on the turn's item: its cancel must not cancel the
+    item's own future, which the transcript then fills."""
+    item = UserAudio("item_user")
+    waiting = asyncio.ensure_future(prompt([item], None))
+    await asyncio.sleep(0)  # the prompt is waiting on the item
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    item.heard("What is the capital of France?")
+    assert await prompt([item], None) == [{"role": "user", "content": "What is the capital of France?"}]
