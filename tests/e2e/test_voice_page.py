@@ -149,8 +149,10 @@ async def test_speech_during_the_answer_stops_playback_at_once(
     await hang_up(page)
 
 
-BACKCHANNEL = "Mm hmm."
-"""Piper's "Mm-hmm." sounds like words to tiny.en ("Hey, no, no."); spaced, it hums ("MMMM.")."""
+BACKCHANNELS = {"websocket": "Mm hmm.", "webrtc": "Yeah."}
+"""Piper's "Mm-hmm." sounds like words to tiny.en ("Hey, no, no."); spaced, it hums ("MMMM.").
+Over WebRTC (Opus, and Chromium's voice processing) tiny.en heard words in that hum too, and
+the answer was cut (one run, 2026-12-02): that call says "Yeah." (docs/bench/README.md)."""
 PLAYED_ON_MS = 1000
 """The answer sounded this long after the backchannel ended: it was playing over it and went on."""
 
@@ -165,7 +167,7 @@ async def test_a_backchannel_during_the_answer_leaves_its_playback_running(
 ) -> None:
     question = speak(LONG_QUESTION, silence_s=0.5)
     gap = silence(6.0)
-    backchannel = speak(BACKCHANNEL, silence_s=0.0)
+    backchannel = speak(BACKCHANNELS[transport], silence_s=0.0)
     backchannel_ends_ms = 1000 * (len(question) + len(gap) + len(backchannel)) / SPEECH_RATE
     microphone = microphone_file(tmp_path / "mic.wav", [question, gap, backchannel, silence(60)])
     answer_over = (
