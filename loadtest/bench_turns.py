@@ -212,7 +212,7 @@ async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker)
     for question in QUESTIONS:
         async with new_round(url, mode) as round_:
             speech = speaker.speech(question)
-            _, speech_end = await round_.send(speech + silence(0.5), voiced_bytes=len(speech))
+            _, speech_end = await round_.send(speech + silence(3.0), voiced_bytes=len(speech))  # a live mic
             at, _ = await wait_for(round_.log, lambda e: e.type == "response.output_audio.delta", 60)
         latencies.append((at - speech_end) * 1000)
     return {
