@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 DEV_INSTALLED := $(VENV)/.installed-dev
 PORT ?= 8000
 
-.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e bench-turns loadtest-scaling soak
+.PHONY: install install-dev assets run demo test lint chart-schema bench-handlers bench-vad bench-cancel bench-e2e bench-turns bench-backchannel-words loadtest-scaling soak
 
 # `install`: what serving needs (make run); `install-dev` adds the tests, lint, the load-test
 # harness and the agent frameworks the tests drive (make test).
@@ -115,6 +115,9 @@ bench-cancel: install-dev
 
 bench-vad: install-dev assets
 	$(PY) -m loadtest.bench_vad
+
+bench-backchannel-words: install-dev assets
+	$(PY) -m loadtest.bench_backchannel_words
 
 bench-e2e: install-dev assets
 	$(PY) -m loadtest.bench_e2e

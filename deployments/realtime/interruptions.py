@@ -6,7 +6,7 @@ speech that starts while the listener hears an answer (:class:`Playback`) is a
 *candidate*. Nothing is said of it and the answer goes on; where the server plays the
 audio (WebRTC) it pauses. The candidate is confirmed once it has lasted
 ``min_duration_ms`` and, with ``ignore_backchannels``, once its transcript holds a word
-that is not a backchannel: then it is a turn like any other, from its real onset
+that is not a backchannel, a function word or a sound: then it is a turn like any other, from its real onset
 (``speech_started``, the barge-in, an answer). A candidate that ends unconfirmed was never
 a turn: no event, no item, no response, and the answer plays on. Speech while nothing is
 heard starts a turn at once, as before.
@@ -43,8 +43,8 @@ class InterruptionRules(BaseModel):
     min_duration_ms: int = Field(300, ge=0, le=5_000)
     """Speech shorter than this (a cough, a knock, a short "mm") never interrupts."""
     ignore_backchannels: bool = True
-    """Speech whose transcript is only backchannel words (``BACKCHANNEL_WORDS``) or no
-    words at all (noise) never interrupts: one STT call per candidate, made once it has
+    """Speech whose transcript is only backchannel words (``BACKCHANNEL_WORDS``), function
+    words, sounds or no words at all (noise) never interrupts: one STT call per candidate, made once it has
     lasted ``min_duration_ms`` and again every ``RECHECK_MS`` of speech after."""
 
     @property
@@ -60,8 +60,15 @@ BACKCHANNEL_WORDS = frozenset(
 )
 """Words that acknowledge an answer without asking for the floor (our own list: none of
 the peers ships one). ``you`` and ``thank you`` are also what Whisper makes of noise."""
-_SOUND = re.compile(r"[mh]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+")
-"""Hums and fillers as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M", "erm"."""
+FUNCTION_WORDS = frozenset(
+    {"a", "an", "the", "in", "on", "at", "of", "to", "and", "or", "for", "with", "by", "from", "as"}
+)
+"""Articles, prepositions and conjunctions: alone they ask for nothing. They are also what
+tiny.en makes of a hum: Piper's "Mm-hmm." came out as "in", "in a", "and h m" (bench in
+docs/bench/README.md, "What STT makes of a hum")."""
+_SOUND = re.compile(r"[mhn]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+|[b-hj-z]")
+"""Hums and fillers as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M", "erm",
+"M N N"; and any single letter but "i" and "a" (a spelled-out hum)."""
 RECHECK_MS = 300
 """While a candidate's words are only backchannels, look again after this much speech."""
 _NOT_WORDS = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
@@ -70,9 +77,12 @@ _WORD = re.compile(r"[a-z']+")
 
 
 def holds_a_real_word(transcript: str) -> bool:
-    """Whether ``transcript`` asks for the floor: a word beyond backchannels and sounds."""
+    """Whether ``transcript`` asks for the floor: a word beyond backchannels, function
+    words and sounds."""
     words = _WORD.findall(_NOT_WORDS.sub(" ", transcript.lower()))
-    return any(word not in BACKCHANNEL_WORDS and not _SOUND.fullmatch(word) for word in words)
+    return any(
+        word not in BACKCHANNEL_WORDS and word not in FUNCTION_WORDS and not _SOUND.fullmatch(word) for word in words
+    )
 
 
 @dataclass

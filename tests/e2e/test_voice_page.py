@@ -72,6 +72,15 @@ async def hang_up(page: Page) -> None:
     await page.wait_for_function("window.s2s.connected === false", timeout=10_000)
 
 
+async def seen(page: Page) -> str:
+    """What the page counted and shows: for a failure's message."""
+    return str(
+        await page.evaluate(
+            "[window.s2s.stats, [...document.querySelectorAll('li')].map(e => e.className + ': ' + e.textContent)]"
+        )
+    )
+
+
 async def open_page(browser: Browser, realtime_url: str, transport: str) -> Page:
     page = await browser.new_page(viewport={"width": 390, "height": 800})  # a phone's screen
     errors: list[str] = []
@@ -127,10 +136,7 @@ async def test_speech_during_the_answer_stops_playback_at_once(
                 "window.s2s.stats.stops.length >= 1 || window.s2s.stats.responses >= 2", timeout=90_000
             )
         except Exception:
-            seen = await page.evaluate(
-                "[window.s2s.stats, [...document.querySelectorAll('li')].map(e => e.className + ': ' + e.textContent)]"
-            )
-            raise AssertionError(f"no playback was stopped: {seen}") from None
+            raise AssertionError(f"no playback was stopped: {await seen(page)}") from None
         stats = await page.evaluate("window.s2s.stats")
         if stats["stops"] or attempt == 1:
             break
@@ -149,10 +155,11 @@ async def test_speech_during_the_answer_stops_playback_at_once(
     await hang_up(page)
 
 
-BACKCHANNELS = {"websocket": "Mm hmm.", "webrtc": "Yeah."}
-"""Piper's "Mm-hmm." sounds like words to tiny.en ("Hey, no, no."); spaced, it hums ("MMMM.").
-Over WebRTC (Opus, and Chromium's voice processing) tiny.en heard words in that hum too, and
-the answer was cut (one run, 2026-12-02): that call says "Yeah." (docs/bench/README.md)."""
+BACKCHANNEL = "Yeah."
+"""A word: tiny.en hears a hum as words too often for a test that must never flake. Piper's
+"Mm hmm." cut the answer in 2 of 18 renderings even with function words ignored (10 of 18
+before: a CI run failed so), and over WebRTC after Opus and Chromium's voice processing
+(docs/bench/README.md, "What STT makes of a hum"); the bench measures hums instead."""
 PLAYED_ON_MS = 1000
 """The answer sounded this long after the backchannel ended: it was playing over it and went on."""
 
@@ -167,7 +174,7 @@ async def test_a_backchannel_during_the_answer_leaves_its_playback_running(
 ) -> None:
     question = speak(LONG_QUESTION, silence_s=0.5)
     gap = silence(6.0)
-    backchannel = speak(BACKCHANNELS[transport], silence_s=0.0)
+    backchannel = speak(BACKCHANNEL, silence_s=0.0)
     backchannel_ends_ms = 1000 * (len(question) + len(gap) + len(backchannel)) / SPEECH_RATE
     microphone = microphone_file(tmp_path / "mic.wav", [question, gap, backchannel, silence(60)])
     answer_over = (
@@ -175,20 +182,27 @@ async def test_a_backchannel_during_the_answer_leaves_its_playback_running(
         if transport == "webrtc"
         else "window.s2s.stats.playedMs >= window.s2s.stats.receivedMs - 1"  # every chunk played
     )
+    cut = "window.s2s.stats.cancelled > 0 || window.s2s.stats.stops.length > 0"  # a cut never plays out
+    new_turn = "document.querySelectorAll('li.user').length > 1"
     for attempt in range(2):
         page = await open_page(await browser_with(microphone), realtime_url, transport)
-        await page.wait_for_function(f"window.s2s.stats.responses >= 1 && {answer_over}", timeout=120_000)
+        try:
+            await page.wait_for_function(
+                f"{cut} || {new_turn} || (window.s2s.stats.responses >= 1 && {answer_over})", timeout=120_000
+            )
+        except Exception:
+            raise AssertionError(f"the answer neither ended nor was cut: {await seen(page)}") from None
         stats = await page.evaluate("window.s2s.stats")
         started = await page.evaluate("window.s2s.microphoneAt")
         played_on_ms = stats["lastSoundAt"] - (started + backchannel_ends_ms)
-        if played_on_ms > PLAYED_ON_MS or attempt == 1:
+        if played_on_ms > PLAYED_ON_MS or stats["cancelled"] or stats["stops"] or attempt == 1:
             break
         # The answer had ended before the backchannel was spoken (a short answer): that run
         # says nothing about it; the call is made again.
         await hang_up(page)
     print(json.dumps({"transport": transport, "answer_played_on_after_the_backchannel_ms": round(played_on_ms)}))
-    assert stats["cancelled"] == 0 and stats["stops"] == [], f"the backchannel cut the answer: {stats}"
+    assert stats["cancelled"] == 0 and stats["stops"] == [], f"the backchannel cut the answer: {await seen(page)}"
     assert played_on_ms > PLAYED_ON_MS, f"the answer's last sound came {played_on_ms:.0f} ms after the backchannel"
-    assert await page.locator("li.user").count() == 1, "the backchannel is no turn: no item, no answer"
+    assert await page.locator("li.user").count() == 1, f"the backchannel is no turn: {await seen(page)}"
     assert stats["responses"] == 1 and stats["errors"] == []
     await hang_up(page)
