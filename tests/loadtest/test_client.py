@@ -19,8 +19,8 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from handlers.audio import REALTIME_RATE
 from loadtest import bench_client
-from loadtest.bench_client import ANSWER_S, EchoServer
 from loadtest.client import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Session, SessionLog, spoken_frames
+from loadtest.echo_server import ANSWER_S, EchoServer
 from loadtest.prompts import PromptSet, tone_prompts
 from loadtest.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 
