@@ -22,13 +22,9 @@ from typing import Any, TypeVar
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import (
-    ConversationItemAdded,
     ConversationItemCreateEvent,
-    ConversationItemDeletedEvent,
     ConversationItemDeleteEvent,
-    ConversationItemDone,
     ConversationItemRetrieveEvent,
-    ConversationItemTruncatedEvent,
     ConversationItemTruncateEvent,
     InputAudioBufferAppendEvent,
     InputAudioBufferClearedEvent,
@@ -41,13 +37,13 @@ from openai.types.realtime import (
     SessionUpdatedEvent,
     SessionUpdateEvent,
 )
-from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
 
 from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.conversation import Conversation, prompt
-from deployments.realtime.items import MIN_AUDIO_MS, Item, client_audio, from_client, is_user_audio
+from deployments.realtime.item_events import ItemEvents
+from deployments.realtime.items import MIN_AUDIO_MS, from_client
 from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
@@ -109,7 +105,6 @@ class RealtimeSession:
         self._conversation = Conversation(config.history_items)
         self._guard = InputGuard(config.limits)
         self._max_item_chars = config.max_item_chars
-        self._max_input_audio_s = config.max_input_audio_s
         self._audio = AudioInput(
             detect=stages.detect,
             turn_detection=config.turn_detection,
@@ -142,16 +137,24 @@ class RealtimeSession:
             partial_transcript_interval_s=config.partial_transcript_interval_s,
             prefill=config.prefill_while_listening,
         )
+        items = ItemEvents(
+            conversation=self._conversation,
+            transcription=self._turns.transcription,
+            outbox=self._outbox,
+            playback=self._playback,
+            max_item_chars=config.max_item_chars,
+            max_input_audio_s=config.max_input_audio_s,
+        )
         self._metrics = metrics
         self._handlers: dict[type[OpenAIModel], Handler[Any]] = {
             SessionUpdateEvent: self._on_session_update,
             InputAudioBufferAppendEvent: self._on_input_audio_buffer_append,
             InputAudioBufferCommitEvent: self._on_input_audio_buffer_commit,
             InputAudioBufferClearEvent: self._on_input_audio_buffer_clear,
-            ConversationItemCreateEvent: self._on_conversation_item_create,
-            ConversationItemTruncateEvent: self._on_conversation_item_truncate,
-            ConversationItemRetrieveEvent: self._on_conversation_item_retrieve,
-            ConversationItemDeleteEvent: self._on_conversation_item_delete,
+            ConversationItemCreateEvent: items.create,
+            ConversationItemTruncateEvent: items.truncate,
+            ConversationItemRetrieveEvent: items.retrieve,
+            ConversationItemDeleteEvent: items.delete,
             ResponseCreateEvent: self._on_response_create,
             ResponseCancelEvent: self._on_response_cancel,
         }
@@ -249,48 +252,6 @@ class RealtimeSession:
         self._turns.reset()
         self._outbox.put(server_event(InputAudioBufferClearedEvent))
 
-    async def _on_conversation_item_create(self, event: ConversationItemCreateEvent) -> None:
-        item = event.item
-        if item.id is not None and self._conversation.find(item.id) is not None:
-            raise ProtocolError("invalid_value", f"the conversation already has an item {item.id[:64]!r}", "item.id")
-        if is_user_audio(item):
-            utterance = client_audio(item, self._max_input_audio_s, "item")
-            try:
-                self._turns.transcription.add(utterance, item.id or new_id("item"), event.previous_item_id)
-            except KeyError:
-                raise _unknown_item(event.previous_item_id, "previous_item_id") from None
-            return
-        added = from_client(item, self._max_item_chars, "item")
-        previous = self._add(added, event.previous_item_id)
-        self._outbox.put(server_event(ConversationItemAdded, item=added.wire(), previous_item_id=previous))
-        self._outbox.put(server_event(ConversationItemDone, item=added.wire(), previous_item_id=previous))
-
-    def _add(self, item: Item, after: str | None) -> str | None:
-        try:
-            return self._conversation.add(item, after)
-        except KeyError:
-            raise _unknown_item(after, "previous_item_id") from None
-
-    async def _on_conversation_item_retrieve(self, event: ConversationItemRetrieveEvent) -> None:
-        item = self._conversation.find(event.item_id)
-        if item is None:
-            raise _unknown_item(event.item_id, "item_id")
-        self._outbox.put(server_event(ConversationItemRetrieved, item=item.wire()))
-
-    async def _on_conversation_item_delete(self, event: ConversationItemDeleteEvent) -> None:
-        if not self._conversation.delete(event.item_id):
-            raise _unknown_item(event.item_id, "item_id")
-        self._outbox.put(server_event(ConversationItemDeletedEvent, item_id=event.item_id))
-
-    async def _on_conversation_item_truncate(self, event: ConversationItemTruncateEvent) -> None:
-        audio_end_ms = self._conversation.truncate(event.item_id, event.content_index, event.audio_end_ms)
-        self._playback.stopped()  # the client stopped playing where it says
-        self._outbox.put(
-            server_event(
-                ConversationItemTruncatedEvent, item_id=event.item_id, content_index=0, audio_end_ms=audio_end_ms
-            )
-        )
-
     async def _on_response_create(self, event: ResponseCreateEvent) -> None:
         if self._responder.current is not None:
             raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
@@ -309,7 +270,3 @@ class RealtimeSession:
     async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
         if not self._responder.cancel("client_cancelled"):
             raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")
-
-
-def _unknown_item(item_id: str | None, param: str) -> ProtocolError:
-    return ProtocolError("item_not_found", f"no item {str(item_id)[:64]!r} in the conversation", param)
