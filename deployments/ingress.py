@@ -20,7 +20,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.serve.schema import ReplicaState
 
-from cancel import ScopeDirectory, spawn_detached
+from cancel import spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
 from deployments.app_status import AppStatus, app_going_away
 from deployments.config import IngressConfig
@@ -40,6 +40,7 @@ from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
+from deployments.scope_directory import SharedScopeDirectory
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
 
@@ -97,13 +98,13 @@ class RealtimeIngress:
         """Sessions counted against the cap: from admission (before any await) to the end."""
         self._metrics = IngressMetrics()
         self._app_status = AppStatus(config.shutdown_poll_s)
-        self._directory: asyncio.Task[ScopeDirectory] | None = None
+        self._directory = SharedScopeDirectory(config.scope)
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
-        directory = self._built_directory()
+        directory = self._directory.built()
         body = {
             "ok": not self._closing,
             "sessions": len(self._sessions),
@@ -133,7 +134,7 @@ class RealtimeIngress:
 
     async def check_health(self) -> None:
         """Serve replaces this replica if it cannot open cancel scopes for new sessions."""
-        if self._directory_failed():
+        if self._directory.failed():
             raise RuntimeError("the cancel-scope directory could not be created")
 
     @api.get("/stats/turns")
@@ -217,7 +218,7 @@ class RealtimeIngress:
 
     async def _serve(self, transport: Transport) -> None:
         try:
-            scope = await (await self._scope_directory()).open_session()
+            scope = await (await self._directory.get()).open_session()
         except Exception:
             logger.exception("no cancel scope for a new session")
             error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
@@ -260,23 +261,6 @@ class RealtimeIngress:
             )
         return None
 
-    def _scope_directory(self) -> "asyncio.Task[ScopeDirectory]":
-        """Started with the first session, off every later session's critical path; a
-        creation that failed is tried again by the next session (and fails the health check
-        meanwhile)."""
-        # Shared by every session, so owned by none of their requests.
-        if self._directory is None or self._directory_failed():
-            self._directory = spawn_detached(ScopeDirectory.create(self._config.scope))
-        return self._directory
-
-    def _directory_failed(self) -> bool:
-        task = self._directory
-        return task is not None and task.done() and (task.cancelled() or task.exception() is not None)
-
-    def _built_directory(self) -> ScopeDirectory | None:
-        task = self._directory
-        return None if task is None or not task.done() or self._directory_failed() else task.result()
-
     def _watch_for_shutdown(self) -> None:
         """Serve drains a replica by waiting for its requests to end, and an open WebSocket
         never ends by itself; so while sessions are open the ingress watches its
@@ -300,5 +284,5 @@ class RealtimeIngress:
     async def __del__(self) -> None:
         await self._close_all()
         self._vad.close()
-        if (directory := self._built_directory()) is not None:
+        if (directory := self._directory.built()) is not None:
             await directory.shutdown()
