@@ -15,7 +15,8 @@ from handlers.llm import LanguageModel
 from handlers.stt import SpeechToText
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
-from handlers.vad import VADSession, VoiceActivityDetector
+from handlers.utterance import VADSession
+from handlers.vad import VoiceActivityDetector
 
 
 async def run_turn(question: str, out_path: str) -> None:

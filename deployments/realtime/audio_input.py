@@ -20,12 +20,12 @@ import numpy as np
 
 from deployments.realtime.protocol import ProtocolError
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, pcm16_to_float
+from handlers.utterance import UtteranceBuffer
 from handlers.vad import (
     SpeechPaused,
     SpeechStarted,
     SpeechStopped,
     TurnDetection,
-    UtteranceBuffer,
     VADEvent,
     VADState,
 )

@@ -14,14 +14,13 @@ from handlers.llm import LanguageModel, PromptTooLong
 from handlers.stt import COMPRESSION_RATIO_LIMIT, SpeechToText, STTConfig, _compression_ratio
 from handlers.text import SpeechChunker
 from handlers.tts import TextToSpeech
+from handlers.utterance import UtteranceBuffer, VADSession
 from handlers.vad import (
     SpeechPaused,
     SpeechResumed,
     SpeechStarted,
     SpeechStopped,
     TurnDetection,
-    UtteranceBuffer,
-    VADSession,
     VADState,
     VoiceActivityDetector,
 )
