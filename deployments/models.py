@@ -83,12 +83,16 @@ class STT:
 class LLM:
     placement = replica_placement
 
-    def __init__(
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
         self, config: LLMConfig, synthetic: SyntheticConfig | None = None, delta_interval_s: float = 0.0
     ) -> None:
+        """The engine is warmed up before the replica is ready: its first user's turn must not
+        pay the engine's first-request setup."""
         self._model: LanguageModel | ScriptedLanguageModel = (
             LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
         )
+        if isinstance(self._model, LanguageModel):
+            await self._model.warm_up()
         self._delta_interval_s = delta_interval_s
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMOutput]:

@@ -69,6 +69,9 @@ def bench_stt(stt: SpeechToText, speech: np.ndarray, repeats: int = 3) -> dict:
 
 
 async def bench_llm(llm: LanguageModel) -> dict:
+    started = time.perf_counter()
+    await llm.warm_up()  # what a fresh engine's first requests cost (a replica pays it before ready)
+    warm_up_ms = (time.perf_counter() - started) * 1000
     tokenizer = llm.engine.get_tokenizer()
     ttft, rates = [], []
     for prompt in PROMPTS * 2:
@@ -86,6 +89,7 @@ async def bench_llm(llm: LanguageModel) -> dict:
         if tokens > 1 and elapsed > 0:
             rates.append((tokens - 1) / elapsed)
     return {
+        "llm_warm_up_ms": round(warm_up_ms, 1),
         "llm_ttft_ms": round(statistics.median(ttft), 1),
         "llm_tokens_per_s": round(statistics.median(rates), 1),
     }

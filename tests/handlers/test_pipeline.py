@@ -131,6 +131,14 @@ async def test_llm_prefill_leaves_no_request_and_the_answer_follows(llm: Languag
     assert llm.unfinished_requests() == 0
 
 
+async def test_llm_warm_up_leaves_no_request_and_the_engine_answers(llm: LanguageModel) -> None:
+    """What the LLM replica runs before it is ready (``deployments.models.LLM``)."""
+    await llm.warm_up()
+    assert llm.unfinished_requests() == 0
+    assert 0.0 <= await llm.message_ends("What is the capital of France?") <= 1.0
+    assert "".join([d async for d in llm.stream([{"role": "user", "content": "Hi."}], max_tokens=4)]).strip()
+
+
 async def test_llm_reads_a_whole_question_as_ending_and_a_fragment_as_going_on(llm: LanguageModel) -> None:
     """tiny.en's transcripts of Piper saying each: it punctuates the fragment as if whole."""
     whole = await llm.message_ends("Can you tell me what color the sky is?")
