@@ -8,10 +8,12 @@ const RATE = 24000;
 const JITTER_S = 0.08; // a little audio in hand before playback starts: smooths network jitter
 
 const $ = (id) => document.getElementById(id);
-const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 0, stops: [], errors: [], lastSoundAt: 0 };
-// stops: per barge-in, ms from speech_started to the last sound of the interrupted answer.
-// lastSoundAt and window.s2s.microphoneAt: performance.now() of the answer's last sound heard,
-// and of the microphone's start (a test's fake microphone plays its file from then).
+const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [] };
+// stops: per barge-in, ms from speech_started to the last sound of the interrupted answer;
+// doneAt: when each response.done came.
+// sounding: [from, to] of each stretch of answer audio heard (or scheduled to be), and
+// lastSoundAt: of its last sound; window.s2s.microphoneAt: of the microphone's start (a test's
+// fake microphone plays its file from then). All performance.now() times.
 window.s2s = { stats, connected: false };
 
 let socket = null; // { send(text), close() } over either transport
@@ -129,6 +131,7 @@ function listen(stream) {
     if (sounding) {
       stats.playedMs += 20;
       stats.lastSoundAt = performance.now();
+      sounded(stats.lastSoundAt - 20, stats.lastSoundAt);
     }
     const bargeIn = window.s2s.bargeIn;
     if (bargeIn && sounding) bargeIn.lastSound = performance.now();
@@ -202,6 +205,7 @@ function onEvent(event) {
       break;
     case "response.done":
       stats.responses += 1;
+      stats.doneAt.push(performance.now());
       if (event.response.status === "cancelled") {
         stats.cancelled += 1;
         (event.response.output || []).forEach((item) => bubble(item.id, "assistant").classList.add("cut"));
@@ -235,6 +239,8 @@ function play(itemId, b64) {
   const start = Math.max(nextStart, context.currentTime + JITTER_S);
   source.start(start);
   nextStart = start + buffer.duration;
+  const startsAt = performance.now() + (start - context.currentTime) * 1000;
+  sounded(startsAt, startsAt + buffer.duration * 1000);
   playing.chunks.push({ source, start, duration: buffer.duration });
   stats.receivedMs += buffer.duration * 1000;
   source.onended = () => {
@@ -242,6 +248,14 @@ function play(itemId, b64) {
     stats.playedMs += buffer.duration * 1000;
     stats.lastSoundAt = performance.now();
   };
+}
+
+// Answer audio sounds from `from` to `to` (ms): joined to the stretch it continues (a pause
+// under 0.5 s, as between sentences, is part of it), else a new stretch.
+function sounded(from, to) {
+  const last = stats.sounding[stats.sounding.length - 1];
+  if (last && from - last[1] < 500) last[1] = Math.max(last[1], to);
+  else stats.sounding.push([from, to]);
 }
 
 // Stop what the page plays; the item it cut (null: nothing was still to play).
