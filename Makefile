@@ -84,8 +84,9 @@ demo: install assets
 # (HAProxy, in Ray's high-throughput mode): there the WebSocket handler runs in the replica's
 # own HTTP server, not in a Serve request, and calls go over gRPC. That mode buffers replica
 # log lines (all but ERROR) 1000 at a time: unbuffered here, so the log test sees every line.
+# --durations: CI's log says which tests cost the suite its time.
 test: lint assets
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 	S2S_E2E_DATA_PATH=haproxy RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE=1 \
 		$(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py
 
