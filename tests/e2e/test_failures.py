@@ -75,6 +75,8 @@ async def next_answer_completes(client: Client, url: str, question: int, asked: 
         if busy(again):  # a late answer to an earlier question was running: asked again once it is done
             codes.append(again.error.code)
             again = await client.until(lambda e: e.type == "response.done", timeout_s=120)
+            if again.response.status == "completed" and answers(again, (question,)):
+                return  # its prompt was read after this question was added: it answers it
             assert again.response.status != "completed" or answers(again, asked), again.response.output
             continue
         while again.response.status == "completed":  # late answers may only be to what was asked
