@@ -40,8 +40,8 @@ class ServeStages:
             return EveryPauseEnds()
         return self.turn_end.probability_complete.remote(utterance)
 
-    def transcribe(self, audio: np.ndarray) -> StageCall[str]:
-        return self.stt.transcribe.remote(audio)
+    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> StageCall[str]:
+        return self.stt.transcribe.remote(audio, retry_runaway)
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return self.llm.prefill.remote(messages)

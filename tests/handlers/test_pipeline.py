@@ -250,6 +250,24 @@ def test_utterance_buffer_keeps_prefix_and_stays_bounded() -> None:
     assert len(buffer.take()) == SPEECH_RATE * 3 // 2  # capped at max_seconds
 
 
+def test_a_runaway_decode_is_retried_for_a_transcript_and_kept_for_a_quick_decision(
+    speak, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decode that runs away costs the full-window retry (~0.5 s here) only where a
+    transcript is wanted; an interruption's look keeps the runaway's words. Every decode
+    counts as a runaway here (a compression limit of 0)."""
+    stt = SpeechToText(STTConfig(context_padding_s=3.0))
+    audio = speak("Stop, please.", 0.3)
+    monkeypatch.setattr("handlers.stt.COMPRESSION_RATIO_LIMIT", 0.0)
+    retried: list[np.ndarray] = []
+    full_window = stt._transcribe_full
+    monkeypatch.setattr(stt, "_transcribe_full", lambda audio: retried.append(audio) or full_window(audio))
+    assert stt.transcribe(audio, retry_runaway=False).strip(), "the window's words"
+    assert not retried
+    assert stt.transcribe(audio).strip()
+    assert len(retried) == 1
+
+
 def test_stt_ignores_tiny_audio(stt: SpeechToText) -> None:
     assert stt.transcribe(np.zeros(100, dtype=np.float32)) == ""
 

@@ -113,6 +113,7 @@ async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_h
         first_turn = speech(1)
         append_audio(h.socket, first_turn)
         await h.socket.wait_type("response.output_audio.delta")
+        turn_calls = len(h.stages.runaway_retried)
         h.stages.stt_gate.close()  # the interruption's words are not in yet
         append_audio(h.socket, speech(QUESTION))
         await h.stages.until(lambda: len(h.stages.stt_calls) >= 2)
@@ -128,6 +129,9 @@ async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_h
         h.stages.tts_gate.open()
         second = await h.socket.wait_type("response.done", count=2)
         assert second["response"]["status"] == "completed"
+        look, *later = h.stages.runaway_retried[turn_calls:]
+        assert not look, "a quick look at the words"
+        assert all(h.stages.runaway_retried[:turn_calls] + later), "a turn's transcript retries a runaway"
 
 
 async def test_a_cough_during_an_answer_is_not_even_transcribed() -> None:
