@@ -58,7 +58,7 @@ BACKCHANNEL_RULES = json.dumps(
         },
     }
 )
-"""Our extension's default rules (an interruption lasts 300 ms and says more than a
+"""Our extension's default rules (an interruption lasts 150 ms and says more than a
 backchannel), for the servers whose own rule is OpenAI's (``cluster/loadtest.yaml``)."""
 
 
