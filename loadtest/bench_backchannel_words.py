@@ -5,8 +5,8 @@ and ``INTERRUPTIONS`` at three paces and three noise scales (Piper's own variati
 clean and band-limited to a phone line with hiss. Each rendering goes through silero at
 microphone pace, and its words are looked at when the interruption gate looks at them: once
 the speech has lasted the first-look duration (``--first-look-ms``, the gate's
-``min_duration_ms``), again every ``RECHECK_MS`` while they are only backchannels, and at its
-end; each look transcribes the utterance so far with ``cluster/local.yaml``'s STT settings
+``min_duration_ms``), again every ``RECHECK_MS`` (``--recheck-ms``) while they are only
+backchannels, and at its end; each look transcribes the utterance so far with ``cluster/local.yaml``'s STT settings
 as the gate asks (a runaway decode kept) and applies ``holds_a_real_word``. A look at a
 prefix hears other words than one at the whole: "Mm hmm." cut short is "in them".
 
@@ -72,9 +72,10 @@ class Looks:
 class Gate:
     """The gate's look schedule on real VAD events and real transcripts."""
 
-    def __init__(self, stt: SpeechToText, detector: VoiceActivityDetector) -> None:
+    def __init__(self, stt: SpeechToText, detector: VoiceActivityDetector, recheck_ms: int) -> None:
         self._stt = stt
         self._detector = detector
+        self._recheck_ms = recheck_ms
         self.stt_ms: list[float] = []
 
     def _words(self, audio: np.ndarray, heard: list[str]) -> bool:
@@ -104,7 +105,7 @@ class Gate:
             if look_at is not None and fed >= look_at:
                 if self._words(session.buffer.peek(), heard):
                     return Looks(True, (fed - voiced) / 16, heard)
-                look_at = fed + ms_to_samples(RECHECK_MS)
+                look_at = fed + ms_to_samples(self._recheck_ms)
         return Looks(False, None, heard)
 
 
@@ -128,9 +129,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--first-look-ms", type=int, nargs="+", default=[150, 300])
+    parser.add_argument("--recheck-ms", type=int, default=RECHECK_MS, help="what if the gate looked again this often")
     args = parser.parse_args()
     tts = TextToSpeech()
-    gate = Gate(SpeechToText(STTConfig(beam_size=1, cpu_threads=2, context_padding_s=3.0)), VoiceActivityDetector())
+    stt = SpeechToText(STTConfig(beam_size=1, cpu_threads=2, context_padding_s=3.0))
+    gate = Gate(stt, VoiceActivityDetector(), args.recheck_ms)
     rng = np.random.default_rng(args.seed)
     report = {ms: {said: Phrase(kind) for kind, said in phrases()} for ms in args.first_look_ms}
     for kind, said in phrases():

@@ -186,9 +186,9 @@ async def test_speech_during_the_answer_stops_playback_at_once(
 
 BACKCHANNEL = "Yeah."
 """A word: tiny.en hears a hum as words too often for a test that must never flake. Piper's
-"Mm hmm." cut the answer in 2 of 18 renderings even with function words ignored (10 of 18
-before: a CI run failed so), and over WebRTC after Opus and Chromium's voice processing
-(docs/bench/README.md, "What STT makes of a hum"); the bench measures hums instead."""
+"Mm hmm." is taken for an interruption in 10-11 of 18 renderings as the gate looks at its
+words (a CI run failed so), and over WebRTC after Opus and Chromium's voice processing
+(docs/bench/README.md, "When the words are looked at"); the bench measures hums instead."""
 PLAYED_ON_MS = 1000
 """The answer sounded this long after the backchannel ended: it was playing over it and went on."""
 
