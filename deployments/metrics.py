@@ -38,6 +38,11 @@ class IngressMetrics:
             "Speech during an answer, by outcome: confirmed (a barge-in) or ignored (a backchannel, a cough).",
             tag_keys=("outcome",),
         )
+        self.interruption_confirmed = metrics.Histogram(
+            "s2s_interruption_confirm_seconds",
+            "A real interruption: its speech heard from its onset to its confirmation (the cancel follows).",
+            boundaries=LATENCY_BOUNDARIES_S,
+        )
         self.cancels = metrics.Counter("s2s_cancels", "Responses cancelled, by reason.", tag_keys=("reason",))
         self.discarded = metrics.Counter("s2s_discarded_events", "Output events of cancelled responses dropped.")
         self.errors = metrics.Counter("s2s_errors", "Error events sent, by code.", tag_keys=("code",))
@@ -64,8 +69,11 @@ class SessionMetrics:
         self._cancelled_at = time.monotonic()
         self._metrics.cancels.inc(tags={"reason": reason})
 
-    def interruption(self, confirmed: bool) -> None:
+    def interruption(self, confirmed: bool, heard_s: float) -> None:
+        """Speech during an answer was decided on after ``heard_s`` of it."""
         self._metrics.interruptions.inc(tags={"outcome": "confirmed" if confirmed else "ignored"})
+        if confirmed:
+            self._metrics.interruption_confirmed.observe(heard_s)
 
     def response_ended(self, timeline: dict[str, Any]) -> None:
         self._metrics.recent_turns.append(timeline)

@@ -31,7 +31,7 @@ def scrape(urls: list[str]) -> dict[str, float]:
                 labels = ",".join(
                     f'{key}="{value}"'
                     for key, value in sorted(sample.labels.items())
-                    if key in ("deployment", "replica", "reason", "code", "status", "le")
+                    if key in ("deployment", "replica", "reason", "code", "status", "outcome", "le")
                 )
                 key = f"{sample.name}{{{labels}}}"
                 values[key] = values.get(key, 0.0) + sample.value

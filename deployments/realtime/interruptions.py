@@ -112,12 +112,13 @@ class InterruptionGate:
         audio: AudioInput,
         stages: Stages,
         act: Callable[[TurnEvent], None],
-        decided: Callable[[bool], None],
+        decided: Callable[[bool, float], None],
         spawn: Spawn,
     ) -> None:
         """``act``: turn-taking's handling of an event (the gate passes confirmed speech
-        on to it, and everything once nothing is pending); ``decided(confirmed)``: told of
-        each candidate's outcome (the metrics)."""
+        on to it, and everything once nothing is pending); ``decided(confirmed, heard_s)``:
+        told of each candidate's outcome and how much of its speech had come in by then,
+        from its onset (the metrics)."""
         self._rules = rules
         self._playback = playback
         self._audio = audio
@@ -203,18 +204,23 @@ class InterruptionGate:
         barge-in has stopped playback by the time ``resume`` runs (then it does nothing):
         the server's playback is cleared, never resumed for a moment first."""
         self._candidate = None
-        self._decided(True)
+        self._decided(True, self._heard_s(candidate))
         first, *rest = candidate.events
         self._act(first)
         self._playback.resume()
         for event in rest:
             self.take(event)
 
+    def _heard_s(self, candidate: _Candidate) -> float:
+        """Input audio since the candidate's onset: a client streams in real time, so this is
+        how long the speech went on over the answer before the decision."""
+        return (self._audio.received_ms - samples_to_ms(candidate.started.start_sample)) / 1000
+
     def _dismiss(self, candidate: _Candidate, stop: SpeechStopped) -> None:
         """Not an interruption: its events are dropped up to its end, the answer resumes,
         and what came after is taken afresh."""
         self._candidate = None
-        self._decided(False)
+        self._decided(False, self._heard_s(candidate))
         self._playback.resume()
         logger.debug(
             "%d ms of speech during an answer: not an interruption", samples_to_ms(stop.end_sample - stop.start_sample)

@@ -63,6 +63,7 @@ async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, 
     assert summary["latency_ms"]["voice_to_voice_ms"]["count"] >= 100
     server = summary["server"]
     assert server["totals"]["s2s_turns_total"] >= counts["turns"] - counts["barge_ins"]
+    assert server["totals"].get("s2s_interruptions_total{outcome=ignored}", 0) >= 1, "the gate's view of the hums"
     # Its view has caught up with the run (Ray exports every 10 s): no session left open.
     assert server["scraped_after_end_s"] >= 10 and server["totals"].get("s2s_active_sessions", 0) == 0
     assert len(summary["server"]["requests_per_replica"]["TTS"]) == 2  # both replicas served

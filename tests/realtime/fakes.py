@@ -307,6 +307,7 @@ class Harness:
         stages: FakeStages | None = None,
         name: str = "session",
         prompt_budget_tokens: int | None = None,
+        metrics: SessionMetrics | None = None,
         **config: Any,
     ) -> None:
         self.stages = stages or FakeStages()
@@ -319,7 +320,7 @@ class Harness:
             self.config,
             self.scope,
             "fake",
-            SessionMetrics(IngressMetrics()),
+            metrics or SessionMetrics(IngressMetrics()),
             prompt_budget_tokens,
         )
         self.task: asyncio.Task[None] | None = None

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
+from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.interruptions import InterruptionRules, holds_a_real_word
 from deployments.realtime.playback import Playback
 from deployments.realtime.webrtc import FRAME_SAMPLES, AnswerTrack
@@ -108,8 +109,21 @@ async def test_a_backchannel_in_a_silence_of_the_answer_is_no_turn_either() -> N
         assert len(h.socket.of_type("input_audio_buffer.committed")) == 2, "no item for the mm-hmm"
 
 
+class Decisions(SessionMetrics):
+    """The session's metrics, keeping what the gate decided and after how much speech."""
+
+    def __init__(self) -> None:
+        super().__init__(IngressMetrics())
+        self.decided: list[tuple[bool, float]] = []
+
+    def interruption(self, confirmed: bool, heard_s: float) -> None:
+        self.decided.append((confirmed, heard_s))
+        super().interruption(confirmed, heard_s)
+
+
 async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_heard() -> None:
-    async with Harness(LongAnswers()) as h:
+    decisions = Decisions()
+    async with Harness(LongAnswers(), metrics=decisions) as h:
         first_turn = speech(1)
         append_audio(h.socket, first_turn)
         await h.socket.wait_type("response.output_audio.delta")
@@ -129,6 +143,8 @@ async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_h
         h.stages.tts_gate.open()
         second = await h.socket.wait_type("response.done", count=2)
         assert second["response"]["status"] == "completed"
+        ((confirmed, heard_s),) = decisions.decided
+        assert confirmed and heard_s >= InterruptionRules().min_duration_ms / 1000, decisions.decided
         look, *later = h.stages.runaway_retried[turn_calls:]
         assert not look, "a quick look at the words"
         assert all(h.stages.runaway_retried[:turn_calls] + later), "a turn's transcript retries a runaway"
