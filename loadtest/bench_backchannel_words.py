@@ -29,7 +29,8 @@ from handlers.audio import SPEECH_RATE, resample
 from handlers.stt import SpeechToText, STTConfig
 from handlers.tts import TextToSpeech
 from handlers.utterance import VADSession
-from handlers.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector, ms_to_samples
+from handlers.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector, ms_to_samples, samples_to_ms
+from loadtest.bench_e2e import percentile
 
 BACKCHANNELS = ["Mm-hmm.", "Mm hmm.", "Mmm hmm.", "Mhm.", "Hmm.", "Uh-huh.", "Yeah.", "Right.", "Okay.", "I see."]
 INTERRUPTIONS = [
@@ -64,7 +65,7 @@ class Looks:
     """The gate's looks at one rendering's words: whether one found a real word, and where."""
 
     real: bool
-    decided_at_ms: float | None
+    decided_at_ms: int | None
     """Speech heard (from the first voiced frame) when the deciding look was taken."""
     heard: list[str]
 
@@ -101,10 +102,10 @@ class Gate:
                     if utterance is None or event.end_sample - event.start_sample < ms_to_samples(first_look_ms):
                         return Looks(False, None, heard)
                     real = self._words(utterance, heard)
-                    return Looks(real, (fed - voiced) / 16 if real else None, heard)
+                    return Looks(real, samples_to_ms(fed - voiced) if real else None, heard)
             if look_at is not None and fed >= look_at:
                 if self._words(session.buffer.peek(), heard):
-                    return Looks(True, (fed - voiced) / 16, heard)
+                    return Looks(True, samples_to_ms(fed - voiced), heard)
                 look_at = fed + ms_to_samples(self._recheck_ms)
         return Looks(False, None, heard)
 
@@ -120,9 +121,10 @@ class Phrase:
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50, p90 and max (``None`` where there are no values: JSON has no NaN)."""
     if not values:
-        return {"p50": None, "p90": None, "max": None}
-    return {"p50": float(np.percentile(values, 50)), "p90": float(np.percentile(values, 90)), "max": max(values)}
+        return dict.fromkeys(("p50", "p90", "max"))
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "max": max(values)}
 
 
 def main() -> None:
