@@ -83,17 +83,15 @@ async def hang_up(page: Page) -> None:
     await page.wait_for_function("window.s2s.connected === false", timeout=10_000)
 
 
-def later_gap_s(
-    stats: dict[str, Any], started: float, question: np.ndarray, gap_s: float, into_s: float, stretch_s: float
-) -> float:
+def later_gap_s(stats: dict[str, Any], started: float, question: np.ndarray, gap_s: float, into_s: float) -> float:
     """For a run whose speech (``gap_s`` after ``question`` in the microphone file) did not
-    land on the answer: the gap that puts it ``into_s`` into the first stretch of the answer
-    that sounded for ``stretch_s`` before that speech, as this run heard it; else one twice as
-    long (the answer had not begun to sound: a slow machine)."""
+    land on the answer: the gap that puts it ``into_s`` into the answer's first sound before
+    that speech, as this run heard it; else one twice as long (the answer had not begun to
+    sound: a slow machine)."""
     question_ends = started + 1000 * len(question) / SPEECH_RATE
     speech_at = question_ends + 1000 * gap_s
-    for start, end in stats["sounding"]:
-        if question_ends <= start < speech_at and end - start >= 1000 * stretch_s:
+    for start, _ in stats["sounding"]:
+        if question_ends <= start < speech_at:
             return (start - question_ends) / 1000 + into_s
     return 2 * gap_s
 
@@ -144,6 +142,14 @@ async def test_the_page_hears_the_question_and_plays_the_answer(
     await hang_up(page)
 
 
+BARGE_IN_GAPS_S = (6.0, 4.0, 8.0, 5.0, 10.0, 7.0, 12.0)
+"""The microphone speaks over the answer again and again, after these silences: one of them
+lands while an answer sounds, however slow the machine. A barge-in at a fixed time did not: on
+a loaded CI host the first answer sounded 0.75 s, then was silent 29 s (the LLM's next
+sentence), and a second call timed from the first met the same silence (2026-12-02). A
+barge-in that finds nothing sounding is a turn of its own; its answer is the next chance."""
+
+
 @TRANSPORTS
 async def test_speech_during_the_answer_stops_playback_at_once(
     browser_with: Callable[[Path], Any],
@@ -152,33 +158,22 @@ async def test_speech_during_the_answer_stops_playback_at_once(
     tmp_path: Path,
     transport: str,
 ) -> None:
-    first = speak(LONG_QUESTION, silence_s=0.5)
-    barge_in = speak("Stop. What is two plus two?", silence_s=0.5)
-    gap_s = 8.0
-    for attempt in range(2):
-        microphone = microphone_file(tmp_path / f"mic{attempt}.wav", [first, silence(gap_s), barge_in, silence(30)])
-        page = await open_page(await browser_with(microphone), realtime_url, transport)
-        try:
-            await page.wait_for_function(
-                "window.s2s.stats.stops.length >= 1 || window.s2s.stats.responses >= 2", timeout=90_000
-            )
-        except Exception:
-            raise AssertionError(f"no playback was stopped: {await seen(page)}") from None
-        stats = await page.evaluate("window.s2s.stats")
-        if stats["stops"] or attempt == 1:
-            break
-        # The barge-in found nothing playing: the first answer had not begun to sound, or it
-        # waited for its next sentence (a loaded machine). That run says nothing about the
-        # stop; the call is made again, the barge-in put into the answer as this run timed it.
-        started = await page.evaluate("window.s2s.microphoneAt")
-        gap_s = later_gap_s(stats, started, first, gap_s, into_s=1.0, stretch_s=3.5)  # still playing when confirmed
-        await hang_up(page)
-    assert stats["stops"], f"no playback was stopped twice: {stats}"
-    await page.wait_for_function("window.s2s.stats.responses >= 2", timeout=60_000)
+    barge_in = speak("Stop. Tell me a long story about a cat instead.", silence_s=0.5)
+    said = [speak(LONG_QUESTION, silence_s=0.5)]
+    for gap_s in BARGE_IN_GAPS_S:
+        said += [silence(gap_s), barge_in]
+    page = await open_page(
+        await browser_with(microphone_file(tmp_path / "mic.wav", [*said, silence(30)])), realtime_url, transport
+    )
+    try:
+        await page.wait_for_function(
+            "window.s2s.stats.stops.length >= 1 && window.s2s.stats.cancelled >= 1", timeout=180_000
+        )
+    except Exception:
+        raise AssertionError(f"no playback was stopped: {await seen(page)}") from None
     stats = await page.evaluate("window.s2s.stats")
     print(json.dumps({"transport": transport, "browser_stop_after_speech_started_ms": round(stats["stops"][0])}))
     assert stats["stops"][0] <= STOP_WITHIN_MS, f"playback stopped {stats['stops'][0]:.0f} ms after"
-    assert stats["cancelled"] >= 1, "the first answer was cut by the barge-in"
     assert await page.locator("li.assistant.cut").count() >= 1, "the interrupted answer is marked so"
     assert stats["errors"] == []
     await hang_up(page)
@@ -236,7 +231,7 @@ async def test_a_backchannel_during_the_answer_leaves_its_playback_running(
         # The backchannel came before the answer sounded (a loaded machine) or after it ended
         # (a short answer). Speech then is a turn, as it should be, so that run says nothing;
         # the call is made again, the backchannel put 1 s into the answer as this run timed it.
-        gap_s = later_gap_s(stats, started, question, gap_s, into_s=1.0, stretch_s=0.0)
+        gap_s = later_gap_s(stats, started, question, gap_s, into_s=1.0)
         await hang_up(page)
     assert during, f"the backchannel twice came outside the answer: {await seen(page)}"
     print(json.dumps({"transport": transport, "answer_played_on_after_the_backchannel_ms": round(played_on_ms)}))
