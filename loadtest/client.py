@@ -4,10 +4,8 @@ The session speaks its questions in real time (100 ms frames, trailing silence f
 server's VAD), waits for the answer and listens to it for as long as it plays, and now and
 then interrupts an answer at a random moment: by speaking its next question (server-VAD
 barge-in) or with ``response.cancel``; or says a backchannel over it (a hum that must not
-interrupt: such a session asks for ``BACKCHANNEL_RULES``). Every server event is filed as it
-is read under the turn and response it belongs to, and what must never happen is counted:
-audio of a response after its ``response.done`` (stale bytes), ``response.done`` without
-``response.created``, errors.
+interrupt: such a session asks for ``BACKCHANNEL_RULES``). What it hears is filed by
+``loadtest.session_log``.
 
 A session costs its process little, so that one process can drive hundreds of them beside
 the server (``python -m loadtest.bench_client`` measures it against an echo server):
@@ -25,8 +23,7 @@ import functools
 import json
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import websockets
 from websockets.asyncio.client import connect
@@ -34,7 +31,8 @@ from websockets.asyncio.client import connect
 from deployments.realtime.interruptions import InterruptionRules
 from handlers.audio import REALTIME_RATE
 from loadtest.prompts import Prompt, PromptSet
-from loadtest.wire import DeliveringConnection, audio_size, running_metronome
+from loadtest.session_log import Response, SessionListener, SessionLog, Turn
+from loadtest.wire import DeliveringConnection, running_metronome
 
 FRAME_MS = 100
 FRAME_BYTES = REALTIME_RATE * 2 * FRAME_MS // 1000
@@ -46,7 +44,6 @@ LISTEN_CAP_S = 10.0
 DEFAULT_ANSWERING_S = 0.5
 """How long an answer streams from its first audio to its end, when not calibrated."""
 
-Interruption = Literal["barge-in", "cancel", "backchannel"] | None
 BACKCHANNEL_RULES = json.dumps(
     {
         "type": "session.update",
@@ -60,62 +57,6 @@ BACKCHANNEL_RULES = json.dumps(
 )
 """Our extension's default rules (an interruption lasts 150 ms and says more than a
 backchannel), for the servers whose own rule is OpenAI's (``cluster/loadtest.yaml``)."""
-
-
-@dataclass
-class Response:
-    id: str
-    created_at: float
-    first_audio_at: float | None = None
-    last_audio_at: float | None = None
-    audio_bytes: int = 0
-    plays_until: float = 0.0
-    """When a client playing the audio as it came would have played all of it so far."""
-    longest_gap_s: float = 0.0
-    """The longest silence such a client heard between the answer's first and last audio."""
-    stale_bytes: int = 0
-    transcript: str = ""
-    done_at: float | None = None
-    status: str | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    first_audio: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class Turn:
-    """One question and what the server did with it; times are ``time.monotonic()``."""
-
-    session: int
-    index: int
-    prompt: Prompt
-    speech_end_at: float | None = None
-    speech_stopped_at: float | None = None
-    transcribed_at: float | None = None
-    heard: str | None = None
-    response: Response | None = None
-    interruption: Interruption = None
-    interrupted_at: float | None = None
-    """When the interrupting speech (or the backchannel) began to be sent, or
-    ``response.cancel`` was sent."""
-    barge_in_heard_at: float | None = None
-    """When the server said ``speech_started`` for the interrupting speech."""
-    timed_out: bool = False
-    answered: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class SessionLog:
-    """Everything one session saw."""
-
-    index: int
-    turns: list[Turn] = field(default_factory=list)
-    errors: dict[str, int] = field(default_factory=dict)
-    done_without_created: int = 0
-    unasked_responses: int = 0
-    """Responses to no question of the session: a backchannel taken for a turn."""
-    unattributed_stale_bytes: int = 0
-    disconnected: bool = False
-    model: str | None = None
 
 
 def _append_event(pcm: bytes) -> str:
@@ -160,6 +101,7 @@ class Session:
         backchannel_rate: float = 0.0,
     ) -> None:
         self.log = SessionLog(index)
+        self._heard = SessionListener(self.log)
         self._url = url
         self._prompts = prompts
         self._order = order
@@ -177,13 +119,8 @@ class Session:
         microphone does, instead of sending audio only around questions."""
         self._voices = 0
         """Questions being spoken right now (a barge-in may overlap the last one's silence)."""
-        self._responses: dict[str, Response] = {}
-        self._waiting: list[Turn] = []
-        """Turns whose speech the server has not yet answered, oldest first."""
         self._ws: Any = None
         self._speaking: set[asyncio.Task[None]] = set()
-        self._created = asyncio.Event()
-        self._leaving = False
 
     @classmethod
     def uninterrupted(cls, url: str, prompts: PromptSet, order: list[int]) -> "Session":
@@ -197,11 +134,11 @@ class Session:
             async with opening as ws:
                 assert isinstance(ws, DeliveringConnection)
                 self._ws = ws
-                ws.deliver_to(self._on_message)
+                ws.deliver_to(self._heard.on_message)
                 reader = asyncio.ensure_future(self._read())
                 try:
                     async with asyncio.timeout(EVENT_TIMEOUT_S):
-                        await self._created.wait()
+                        await self._heard.created.wait()
                     if self.log.model is not None and self._backchannel_rate:
                         await ws.send(BACKCHANNEL_RULES)
                     if self.log.model is not None:  # else refused (an error event says why)
@@ -212,7 +149,7 @@ class Session:
                             if microphone is not None:
                                 microphone.cancel()
                 finally:
-                    self._leaving = True
+                    self._heard.leaving = True
                     reader.cancel()
                     for speaking in self._speaking:
                         speaking.cancel()
@@ -234,8 +171,7 @@ class Session:
     def _new_turn(self, index: int) -> Turn:
         prompt = self._prompts.prompts[self._order[index % len(self._order)]]
         turn = Turn(self.log.index, index, prompt)
-        self.log.turns.append(turn)
-        self._waiting.append(turn)
+        self._heard.expect(turn)
         return turn
 
     async def _speak(self, turn: Turn) -> None:
@@ -335,87 +271,6 @@ class Session:
         return not response.done.is_set()
 
     async def _read(self) -> None:
-        """Until the connection ends; its events are read as they come (``_on_message``)."""
+        """Until the connection ends; its events are read as they come (``SessionListener``)."""
         await self._ws.wait_closed()
-        self.log.disconnected = not self._leaving
-        self._created.set()
-        for turn in self._waiting:
-            turn.answered.set()
-
-    def _on_message(self, data: bytes, text: bool) -> None:
-        if self._leaving:  # the session is closing: what comes now is no turn's
-            return
-        now = time.monotonic()
-        try:
-            self._on_event(json.loads(str(data, "utf-8") if text else data), now)
-        except Exception as error:  # bad UTF-8, JSON or event: counted, the session goes on
-            code = f"client:{type(error).__name__}"
-            self.log.errors[code] = self.log.errors.get(code, 0) + 1
-
-    def _on_event(self, event: dict[str, Any], now: float) -> None:
-        kind = event.get("type")
-        if kind == "response.output_audio.delta":
-            self._on_audio(event, now)
-        elif kind == "session.created":
-            self.log.model = event["session"].get("model")
-            self._created.set()
-        elif kind == "input_audio_buffer.speech_started":
-            turn = next((t for t in self.log.turns if t.interruption == "barge-in" and not t.barge_in_heard_at), None)
-            if turn is not None:
-                turn.barge_in_heard_at = now
-        elif kind == "input_audio_buffer.speech_stopped":
-            turn = self._oldest_waiting()
-            if turn is not None and turn.speech_stopped_at is None:
-                turn.speech_stopped_at = now
-        elif kind == "conversation.item.input_audio_transcription.completed":
-            turn = next((t for t in self.log.turns if t.heard is None and t.speech_stopped_at), None)
-            if turn is not None:
-                turn.heard, turn.transcribed_at = event.get("transcript", ""), now
-        elif kind == "response.created":
-            response = self._responses[event["response"]["id"]] = Response(event["response"]["id"], now)
-            turn = self._oldest_waiting()
-            if turn is None:
-                self.log.unasked_responses += 1
-            else:
-                self._waiting.remove(turn)
-                turn.response = response
-                turn.answered.set()
-        elif kind == "response.output_audio_transcript.done":
-            answered = self._responses.get(event.get("response_id", ""))
-            if answered is not None:
-                answered.transcript = event.get("transcript", "")
-        elif kind == "response.done":
-            self._on_done(event["response"], now)
-        elif kind == "error":
-            code = event["error"].get("code") or event["error"].get("type") or "unknown"
-            self.log.errors[code] = self.log.errors.get(code, 0) + 1
-
-    def _oldest_waiting(self) -> Turn | None:
-        return self._waiting[0] if self._waiting else None
-
-    def _on_audio(self, event: dict[str, Any], now: float) -> None:
-        size = audio_size(event.get("delta", ""))
-        response = self._responses.get(event.get("response_id", ""))
-        if response is None:
-            self.log.unattributed_stale_bytes += size
-            return
-        if response.done_at is not None:
-            response.stale_bytes += size
-            return
-        if response.first_audio_at is None:
-            response.first_audio_at = now
-            response.first_audio.set()
-        elif now > response.plays_until:
-            response.longest_gap_s = max(response.longest_gap_s, now - response.plays_until)
-        response.plays_until = max(response.plays_until, now) + size / (2 * REALTIME_RATE)
-        response.last_audio_at = now
-        response.audio_bytes += size
-
-    def _on_done(self, wire: dict[str, Any], now: float) -> None:
-        response = self._responses.get(wire.get("id", ""))
-        if response is None:
-            self.log.done_without_created += 1
-            return
-        response.done_at, response.status = now, wire.get("status")
-        response.first_audio.set()  # nothing more will come
-        response.done.set()
+        self._heard.connection_ended()

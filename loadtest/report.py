@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.client import Turn
 from loadtest.metrics import server_view
 from loadtest.prompts import PromptSet
 from loadtest.run import LoadResult
+from loadtest.session_log import Turn
 
 CUT_SHORT = 0.5
 PERCENTILES = (50, 90, 95, 99)

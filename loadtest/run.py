@@ -20,9 +20,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loadtest.client import Session, SessionLog, Turn
+from loadtest.client import Session
 from loadtest.metrics import settled_scrape
 from loadtest.prompts import PromptSet, prompts_for
+from loadtest.session_log import SessionLog, Turn
 
 STATS_EVERY_S = 2.0
 CALIBRATED_QUESTIONS = 8

@@ -19,9 +19,10 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from handlers.audio import REALTIME_RATE
 from loadtest import bench_client
-from loadtest.client import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Session, SessionLog, spoken_frames
+from loadtest.client import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Session, spoken_frames
 from loadtest.echo_server import ANSWER_S, EchoServer
 from loadtest.prompts import PromptSet, tone_prompts
+from loadtest.session_log import SessionListener, SessionLog, Turn
 from loadtest.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 
 ANSWER_BYTES = int(ANSWER_S * REALTIME_RATE) * 2
@@ -242,19 +243,19 @@ async def test_a_backchannel_the_server_takes_for_an_interruption_is_counted_as_
 
 
 def test_a_response_to_no_question_is_counted() -> None:
-    session = Session.uninterrupted("ws://unused", PromptSet("none", [], []), [])
-    session._on_message(b'{"type": "response.created", "response": {"id": "resp_1"}}', True)
-    assert session.log.unasked_responses == 1
+    listener = SessionListener(SessionLog(0))
+    listener.on_message(b'{"type": "response.created", "response": {"id": "resp_1"}}', True)
+    assert listener.log.unasked_responses == 1
 
 
 def test_a_malformed_event_is_counted_and_the_session_goes_on() -> None:
-    session = Session.uninterrupted("ws://unused", PromptSet("none", [], []), [])
-    session._on_message(b"not json", True)
-    session._on_message(b'"\xff"', True)
-    session._on_message(b'{"type": "response.done"}', True)  # no response in it
-    session._on_message(b'{"type": "session.created", "session": {"model": "echo"}}', True)
-    assert session.log.errors == {"client:JSONDecodeError": 1, "client:UnicodeDecodeError": 1, "client:KeyError": 1}
-    assert session.log.model == "echo"
+    listener = SessionListener(SessionLog(0))
+    listener.on_message(b"not json", True)
+    listener.on_message(b'"\xff"', True)
+    listener.on_message(b'{"type": "response.done"}', True)  # no response in it
+    listener.on_message(b'{"type": "session.created", "session": {"model": "echo"}}', True)
+    assert listener.log.errors == {"client:JSONDecodeError": 1, "client:UnicodeDecodeError": 1, "client:KeyError": 1}
+    assert listener.log.model == "echo"
 
 
 @pytest.mark.parametrize("continuous", [False, True])
@@ -278,9 +279,11 @@ async def test_a_continuous_microphone_streams_between_questions(echo: EchoServe
 def test_the_longest_silence_inside_an_answer_is_measured_as_a_listener_hears_it() -> None:
     """100 ms of audio at 1.0 s and at 1.05 s play on without a break; the next at 1.5 s
     comes 0.3 s after the listener ran out."""
-    session = Session.uninterrupted("ws://unused", PromptSet("none", [], []), [])
-    session._on_event({"type": "response.created", "response": {"id": "resp_1"}}, 0.0)
+    listener = SessionListener(SessionLog(0))
+    turn = Turn(0, 0, tone_prompts().prompts[0])
+    listener.expect(turn)
+    listener.on_event({"type": "response.created", "response": {"id": "resp_1"}}, 0.0)
     delta = base64.b64encode(bytes(2 * REALTIME_RATE // 10)).decode()
     for now in (1.0, 1.05, 1.5):
-        session._on_event({"type": "response.output_audio.delta", "response_id": "resp_1", "delta": delta}, now)
-    assert session._responses["resp_1"].longest_gap_s == pytest.approx(0.3)
+        listener.on_event({"type": "response.output_audio.delta", "response_id": "resp_1", "delta": delta}, now)
+    assert turn.response is not None and turn.response.longest_gap_s == pytest.approx(0.3)

@@ -1,0 +1,181 @@
+"""What one load-test session heard: every server event filed, as it is read, under the turn
+and response it belongs to, and what must never happen counted (audio of a response after its
+``response.done``: stale bytes; ``response.done`` without ``response.created``; errors).
+
+``loadtest.client.Session`` speaks; ``SessionListener`` keeps the records it reads from: a
+turn is answered by the next ``response.created`` after its speech, in the order spoken.
+"""
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from handlers.audio import REALTIME_RATE
+from loadtest.prompts import Prompt
+from loadtest.wire import audio_size
+
+Interruption = Literal["barge-in", "cancel", "backchannel"] | None
+
+
+@dataclass
+class Response:
+    id: str
+    created_at: float
+    first_audio_at: float | None = None
+    last_audio_at: float | None = None
+    audio_bytes: int = 0
+    plays_until: float = 0.0
+    """When a client playing the audio as it came would have played all of it so far."""
+    longest_gap_s: float = 0.0
+    """The longest silence such a client heard between the answer's first and last audio."""
+    stale_bytes: int = 0
+    transcript: str = ""
+    done_at: float | None = None
+    status: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    first_audio: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class Turn:
+    """One question and what the server did with it; times are ``time.monotonic()``."""
+
+    session: int
+    index: int
+    prompt: Prompt
+    speech_end_at: float | None = None
+    speech_stopped_at: float | None = None
+    transcribed_at: float | None = None
+    heard: str | None = None
+    response: Response | None = None
+    interruption: Interruption = None
+    interrupted_at: float | None = None
+    """When the interrupting speech (or the backchannel) began to be sent, or
+    ``response.cancel`` was sent."""
+    barge_in_heard_at: float | None = None
+    """When the server said ``speech_started`` for the interrupting speech."""
+    timed_out: bool = False
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class SessionLog:
+    """Everything one session saw."""
+
+    index: int
+    turns: list[Turn] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    done_without_created: int = 0
+    unasked_responses: int = 0
+    """Responses to no question of the session: a backchannel taken for a turn."""
+    unattributed_stale_bytes: int = 0
+    disconnected: bool = False
+    model: str | None = None
+
+
+class SessionListener:
+    """The receiving side of one session: its records, kept as the server's events come."""
+
+    def __init__(self, log: SessionLog) -> None:
+        self.log = log
+        self.created = asyncio.Event()
+        """``session.created`` came (or the connection ended first)."""
+        self.leaving = False
+        """The session is closing: what comes now is no turn's."""
+        self._responses: dict[str, Response] = {}
+        self._waiting: list[Turn] = []
+        """Turns whose speech the server has not yet answered, oldest first."""
+
+    def expect(self, turn: Turn) -> None:
+        """The turn is being spoken: the next response the server creates answers it."""
+        self.log.turns.append(turn)
+        self._waiting.append(turn)
+
+    def connection_ended(self) -> None:
+        """Nothing more will come: whoever waits for an event is released."""
+        self.log.disconnected = not self.leaving
+        self.created.set()
+        for turn in self._waiting:
+            turn.answered.set()
+
+    def on_message(self, data: bytes, text: bool) -> None:
+        """Handles one message as it is read (``loadtest.wire.DeliveringConnection``)."""
+        if self.leaving:  # the session is closing: what comes now is no turn's
+            return
+        now = time.monotonic()
+        try:
+            self.on_event(json.loads(str(data, "utf-8") if text else data), now)
+        except Exception as error:  # bad UTF-8, JSON or event: counted, the session goes on
+            code = f"client:{type(error).__name__}"
+            self.log.errors[code] = self.log.errors.get(code, 0) + 1
+
+    def on_event(self, event: dict[str, Any], now: float) -> None:
+        """Files one event, read at ``now`` (``time.monotonic()``)."""
+        kind = event.get("type")
+        if kind == "response.output_audio.delta":
+            self._on_audio(event, now)
+        elif kind == "session.created":
+            self.log.model = event["session"].get("model")
+            self.created.set()
+        elif kind == "input_audio_buffer.speech_started":
+            turn = next((t for t in self.log.turns if t.interruption == "barge-in" and not t.barge_in_heard_at), None)
+            if turn is not None:
+                turn.barge_in_heard_at = now
+        elif kind == "input_audio_buffer.speech_stopped":
+            turn = self._oldest_waiting()
+            if turn is not None and turn.speech_stopped_at is None:
+                turn.speech_stopped_at = now
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            turn = next((t for t in self.log.turns if t.heard is None and t.speech_stopped_at), None)
+            if turn is not None:
+                turn.heard, turn.transcribed_at = event.get("transcript", ""), now
+        elif kind == "response.created":
+            response = self._responses[event["response"]["id"]] = Response(event["response"]["id"], now)
+            turn = self._oldest_waiting()
+            if turn is None:
+                self.log.unasked_responses += 1
+            else:
+                self._waiting.remove(turn)
+                turn.response = response
+                turn.answered.set()
+        elif kind == "response.output_audio_transcript.done":
+            answered = self._responses.get(event.get("response_id", ""))
+            if answered is not None:
+                answered.transcript = event.get("transcript", "")
+        elif kind == "response.done":
+            self._on_done(event["response"], now)
+        elif kind == "error":
+            code = event["error"].get("code") or event["error"].get("type") or "unknown"
+            self.log.errors[code] = self.log.errors.get(code, 0) + 1
+
+    def _oldest_waiting(self) -> Turn | None:
+        return self._waiting[0] if self._waiting else None
+
+    def _on_audio(self, event: dict[str, Any], now: float) -> None:
+        size = audio_size(event.get("delta", ""))
+        response = self._responses.get(event.get("response_id", ""))
+        if response is None:
+            self.log.unattributed_stale_bytes += size
+            return
+        if response.done_at is not None:
+            response.stale_bytes += size
+            return
+        if response.first_audio_at is None:
+            response.first_audio_at = now
+            response.first_audio.set()
+        elif now > response.plays_until:
+            response.longest_gap_s = max(response.longest_gap_s, now - response.plays_until)
+        response.plays_until = max(response.plays_until, now) + size / (2 * REALTIME_RATE)
+        response.last_audio_at = now
+        response.audio_bytes += size
+
+    def _on_done(self, wire: dict[str, Any], now: float) -> None:
+        response = self._responses.get(wire.get("id", ""))
+        if response is None:
+            self.log.done_without_created += 1
+            return
+        response.done_at, response.status = now, wire.get("status")
+        response.first_audio.set()  # nothing more will come
+        response.done.set()
