@@ -51,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.0,
         help="share of answers a hum is said over; those sessions ask for our interruption rules",
     )
+    parser.add_argument(
+        "--pause-rate",
+        type=_rate,
+        default=0.0,
+        help="share of questions said with a 0.8 s pause mid-sentence; an answer before they end is a cut-off",
+    )
     parser.add_argument("--ramp-s", type=_non_negative, default=0.0, help="start the sessions over this long")
     parser.add_argument("--duration-s", type=_positive(float), help="stop starting turns after this long")
     parser.add_argument("--seed", type=int, default=0)
@@ -87,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         continuous_mic=args.continuous_mic,
         voiced_tones=args.voiced_tones,
         backchannel_rate=args.backchannel_rate,
+        pause_rate=args.pause_rate,
     )
     try:
         result = asyncio.run(run_load(config))

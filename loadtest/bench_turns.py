@@ -12,7 +12,7 @@ Piper-spoken audio at microphone pace into Realtime sessions of the app served f
 
 Per mode:
 
-- ``paused``: whole sentences cut at a word boundary with a ``PAUSE_S`` pause put in
+- ``paused``: whole sentences cut at a word boundary with a ``loadtest.prompts.PAUSE_S`` pause put in
   (Smart Turn hears prosody: a fragment said alone would end like a statement);
   ``cut_off`` counts the sentences that became more than one turn;
 - ``backchannels``: during a long answer, one of ``BACKCHANNELS`` or a cough (a noise burst);
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from openai import AsyncOpenAI
 
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from loadtest.bench_e2e import (
     CONFIG,
     FRAME_MS,
@@ -52,6 +52,7 @@ from loadtest.bench_e2e import (
     start_local_app,
     wait_for,
 )
+from loadtest.prompts import with_pause
 from loadtest.webrtc_call import Call
 
 MODES: dict[str, dict[str, Any]] = {
@@ -65,7 +66,6 @@ PAUSED = [
     ("I was wondering", "how many legs a dog has."),
     ("Please tell me", "the name of a yellow fruit."),
 ]
-PAUSE_S = 0.8
 BACKCHANNELS = ["Yeah.", "Mm-hmm.", "Mm hmm.", "Uh-huh.", "Right.", "Okay.", None]
 """``None``: a cough (a noise burst of 0.4 s). Piper says "Mm-hmm." so that tiny.en hears
 words ("Hey, no, no."); spaced, it hums ("MMMM.")."""
@@ -146,14 +146,8 @@ def cough() -> bytes:
 
 
 def paused_sentence(speaker: Speaker, first: str, rest: str) -> bytes:
-    """The whole sentence spoken, with ``PAUSE_S`` put in at the quietest point near where
-    ``first`` ends (its length said alone)."""
-    whole = pcm16_to_float(speaker.speech(f"{first} {rest}"))
-    alone = len(speaker.speech(first)) // 2
-    loudness = np.convolve(np.abs(whole), np.ones(480) / 480, mode="same")
-    low, high = int(0.8 * alone), min(len(whole), int(1.2 * alone))
-    cut = low + int(np.argmin(loudness[low:high]))
-    return float_to_pcm16(whole[:cut]) + silence(PAUSE_S) + float_to_pcm16(whole[cut:])
+    """The whole sentence spoken, with ``PAUSE_S`` put in between ``first`` and ``rest``."""
+    return with_pause(speaker.speech(f"{first} {rest}"), len(speaker.speech(first)) // 2)
 
 
 async def bench_paused(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:

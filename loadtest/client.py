@@ -4,8 +4,9 @@ The session speaks its questions in real time (100 ms frames, trailing silence f
 server's VAD), waits for the answer and listens to it for as long as it plays, and now and
 then interrupts an answer at a random moment: by speaking its next question (server-VAD
 barge-in) or with ``response.cancel``; or says a backchannel over it (a hum that must not
-interrupt: such a session asks for ``BACKCHANNEL_RULES``). What it hears is filed by
-``loadtest.session_log``.
+interrupt: such a session asks for ``BACKCHANNEL_RULES``). Some questions it says with a pause
+mid-sentence (a server that answers before they end cut the speaker off). What it hears is
+filed by ``loadtest.session_log``.
 
 A session costs its process little, so that one process can drive hundreds of them beside
 the server (``python -m loadtest.bench_client`` measures it against an echo server):
@@ -99,6 +100,7 @@ class Session:
         compression: str | None = None,
         continuous_mic: bool = False,
         backchannel_rate: float = 0.0,
+        pause_rate: float = 0.0,
     ) -> None:
         self.log = SessionLog(index)
         self._heard = SessionListener(self.log)
@@ -114,9 +116,11 @@ class Session:
         """``"deflate"`` offers permessage-deflate (``python -m loadtest.bench_client`` measures
         what it costs); ``None``, the default, does not."""
         self._continuous_mic = continuous_mic
-        self._backchannel_rate = backchannel_rate
         """Stream silence whenever no question is being spoken, as a browser's or a phone's
         microphone does, instead of sending audio only around questions."""
+        self._backchannel_rate = backchannel_rate
+        self._pause_rate = pause_rate
+        """Share of questions said with a pause mid-sentence (``PromptSet.paused``)."""
         self._voices = 0
         """Questions being spoken right now (a barge-in may overlap the last one's silence)."""
         self._ws: Any = None
@@ -169,8 +173,9 @@ class Session:
             self._on_turn_end(turn)
 
     def _new_turn(self, index: int) -> Turn:
-        prompt = self._prompts.prompts[self._order[index % len(self._order)]]
-        turn = Turn(self.log.index, index, prompt)
+        paused = self._pause_rate > 0 and self._rng.random() < self._pause_rate
+        prompts = self._prompts.paused if paused else self._prompts.prompts
+        turn = Turn(self.log.index, index, prompts[self._order[index % len(self._order)]], paused=paused)
         self._heard.expect(turn)
         return turn
 

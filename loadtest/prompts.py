@@ -10,7 +10,9 @@ Two sets, picked by the model the server names in ``session.created``:
   silero hears the speech, the STT still reads the tone, which outweighs it in the spectrum.
 
 Each set has its backchannel too, a hum said over an answer: Piper's "Mm hmm." (spelled so:
-tiny.en hears Piper's "Mm-hmm." as words), or the synthetic STT's backchannel tone.
+tiny.en hears Piper's "Mm-hmm." as words), or the synthetic STT's backchannel tone; and each
+question paused: said with ``PAUSE_S`` of silence mid-sentence (``PromptSet.paused``), as a
+person who stops to think of a word (issue 23: a pause must not cut the speaker off).
 """
 
 import re
@@ -39,6 +41,9 @@ VOICE_UNDER_TONES = "Here is my question for you."
 VOICE_LEVEL = 0.5
 BACKCHANNEL = "Mm hmm."
 BACKCHANNEL_SECONDS = 0.6
+PAUSE_S = 0.8
+"""A pause mid-question, in the 600-900 ms that cut people off (LiveKit Agents #3373)."""
+SPOKEN_BEFORE_PAUSE = "What is the capital of"
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,18 @@ class PromptSet:
     """The questions of one kind, and which of them a text names."""
 
     def __init__(
-        self, name: str, prompts: list[Prompt], marks: list[tuple[str, ...]], backchannel: Prompt | None = None
+        self,
+        name: str,
+        prompts: list[Prompt],
+        marks: list[tuple[str, ...]],
+        backchannel: Prompt | None = None,
+        paused: list[Prompt] | None = None,
     ) -> None:
         self.name = name
         self.backchannel = backchannel
         """What a session says over an answer to show it listens: it must not interrupt."""
+        self.paused = paused or []
+        """Each question (same number and text) with a pause mid-sentence."""
         self.history_free = name == "tones"
         """Whether an answer is the same whatever came before it in the conversation."""
         self.prompts = prompts
@@ -94,11 +106,13 @@ def spoken(texts: dict[str, str]) -> dict[str, bytes]:
 
 def spoken_prompts() -> PromptSet:
     """Capital questions spoken by Piper."""
-    texts = {country.lower(): f"What is the capital of {country}?" for country, _ in CAPITALS}
-    audio = spoken({**texts, "backchannel": BACKCHANNEL})
+    texts = {country.lower(): f"{SPOKEN_BEFORE_PAUSE} {country}?" for country, _ in CAPITALS}
+    audio = spoken({**texts, "backchannel": BACKCHANNEL, "before-pause": SPOKEN_BEFORE_PAUSE})
     prompts = [Prompt(number, texts[name], audio[name]) for number, name in enumerate(texts)]
+    paused = [Prompt(p.number, p.text, with_pause(p.pcm16, len(audio["before-pause"]) // 2)) for p in prompts]
     backchannel = Prompt(-1, BACKCHANNEL, audio["backchannel"])
-    return PromptSet("spoken", prompts, [(country.lower(), city.lower()) for country, city in CAPITALS], backchannel)
+    marks: list[tuple[str, ...]] = [(country.lower(), city.lower()) for country, city in CAPITALS]
+    return PromptSet("spoken", prompts, marks, backchannel, paused)
 
 
 def tone_prompts(voiced: bool = False) -> PromptSet:
@@ -111,7 +125,19 @@ def tone_prompts(voiced: bool = False) -> PromptSet:
     hum = pcm16_to_float(voices["backchannel"]) if voiced else None
     seconds = BACKCHANNEL_SECONDS if hum is None else len(hum) / REALTIME_RATE
     backchannel = Prompt(-1, BACKCHANNEL_TEXT, _under(backchannel_tone(seconds), hum))
-    return PromptSet("tones", prompts, [], backchannel)
+    paused = [Prompt(p.number, p.text, with_pause(p.pcm16, len(p.pcm16) // 4)) for p in prompts]  # mid-tone
+    return PromptSet("tones", prompts, [], backchannel, paused)
+
+
+def with_pause(speech: bytes, near_sample: int) -> bytes:
+    """``speech`` (24 kHz PCM16) with ``PAUSE_S`` of silence put in at its quietest 20 ms
+    within 20 % of ``near_sample`` (where the words before the pause, said alone, end: so
+    between two words)."""
+    samples = pcm16_to_float(speech)
+    loudness = np.convolve(np.abs(samples), np.ones(480) / 480, mode="same")
+    low, high = int(0.8 * near_sample), min(len(samples), int(1.2 * near_sample) + 1)
+    cut = 2 * (low + int(np.argmin(loudness[low:high])))
+    return speech[:cut] + bytes(2 * int(PAUSE_S * REALTIME_RATE)) + speech[cut:]
 
 
 def _under(tone: np.ndarray, voice: np.ndarray | None) -> bytes:

@@ -16,6 +16,10 @@ ended (a ``response.cancel`` then gets ``response_cancel_not_active``, which is 
 With backchannels said over answers (``--backchannel-rate``), two more must be zero:
 ``answers_lost_to_backchannels`` (an answer a backchannel cancelled) and
 ``unasked_responses`` (a backchannel taken for a turn and answered).
+
+With questions said with a pause mid-sentence (``--pause-rate``), ``cut_offs`` counts the
+turns the server answered before they ended (``paused_turns`` of them were paused): the
+turn-taking's figure, not a bug's (OpenAI's ``server_vad`` ends a turn at any 500 ms pause).
 """
 
 import json
@@ -80,6 +84,8 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         for code, count in log.errors.items():
             errors[code] = errors.get(code, 0) + count
     responses = [turn.response for turn in turns if turn.response is not None]
+    cut_off = [response for turn in turns for response in turn.cut_off_by]
+    unattributed_stale = sum(log.unattributed_stale_bytes for log in result.logs)
     completed = sum(r.status == "completed" for r in responses)
     counts = {
         "sessions": len(result.logs),
@@ -100,7 +106,9 @@ def summarize(result: LoadResult) -> dict[str, Any]:
             for t in turns
         ),
         "unasked_responses": sum(log.unasked_responses for log in result.logs),
-        "stale_bytes": sum(r.stale_bytes for r in responses) + sum(log.unattributed_stale_bytes for log in result.logs),
+        "paused_turns": sum(t.paused for t in turns),
+        "cut_offs": sum(bool(t.cut_off_by) for t in turns),
+        "stale_bytes": sum(r.stale_bytes for r in [*responses, *cut_off]) + unattributed_stale,
         "leaks": sum(_leaked(log_turns, prompts) for log_turns in (log.turns for log in result.logs)),
         "cut_short": sum(_cut_short(t, result.calibrated_words, prompts) for t in turns),
         "no_response": sum(t.response is None for t in turns),
@@ -155,7 +163,7 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Load test: {config['sessions']} sessions x {config['turns']} turns, "
         f"interrupt rate {config['interrupt_rate']}, cancel rate {config['cancel_rate']}, "
-        f"backchannel rate {config['backchannel_rate']}",
+        f"backchannel rate {config['backchannel_rate']}, pause rate {config['pause_rate']}",
         "",
         f"Server model `{summary['server_info']['model']}`, {summary['duration_s']} s, "
         f"{summary['completed_turns_per_s']} completed turns/s.",

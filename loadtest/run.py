@@ -48,6 +48,8 @@ class LoadConfig:
     """Synthetic questions with speech under each tone, for a server on the real silero VAD."""
     backchannel_rate: float = 0.0
     """Share of answers a backchannel is said over (they must play on)."""
+    pause_rate: float = 0.0
+    """Share of questions said with a pause mid-sentence (the server must wait for the rest)."""
 
 
 @dataclass
@@ -121,6 +123,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
                 answering_s,
                 continuous_mic=config.continuous_mic,
                 backchannel_rate=config.backchannel_rate,
+                pause_rate=config.pause_rate,
             )
             return await driver.run(config.turns, deadline)
 

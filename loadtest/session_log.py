@@ -3,7 +3,8 @@ and response it belongs to, and what must never happen counted (audio of a respo
 ``response.done``: stale bytes; ``response.done`` without ``response.created``; errors).
 
 ``loadtest.client.Session`` speaks; ``SessionListener`` keeps the records it reads from: a
-turn is answered by the next ``response.created`` after its speech, in the order spoken.
+turn is answered by the next ``response.created`` after its speech, in the order spoken. A
+response created while the turn is still being spoken cut the speaker off (``Turn.cut_off_by``).
 """
 
 import asyncio
@@ -57,6 +58,11 @@ class Turn:
     barge_in_heard_at: float | None = None
     """When the server said ``speech_started`` for the interrupting speech."""
     timed_out: bool = False
+    paused: bool = False
+    """Spoken with a pause mid-sentence (``PromptSet.paused``)."""
+    cut_off_by: list[Response] = field(default_factory=list)
+    """Responses the server began while the turn was still being spoken: it took a pause for
+    the turn's end. The turn's own response is the one after its speech ended."""
     answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -125,7 +131,8 @@ class SessionListener:
                 turn.barge_in_heard_at = now
         elif kind == "input_audio_buffer.speech_stopped":
             turn = self._oldest_waiting()
-            if turn is not None and turn.speech_stopped_at is None:
+            # Before the turn's speech ended, it is a pause within the turn, not its end.
+            if turn is not None and turn.speech_end_at is not None and turn.speech_stopped_at is None:
                 turn.speech_stopped_at = now
         elif kind == "conversation.item.input_audio_transcription.completed":
             turn = next((t for t in self.log.turns if t.heard is None and t.speech_stopped_at), None)
@@ -136,6 +143,8 @@ class SessionListener:
             turn = self._oldest_waiting()
             if turn is None:
                 self.log.unasked_responses += 1
+            elif turn.speech_end_at is None:  # the speaker was cut off: what the server heard so far
+                turn.cut_off_by.append(response)
             else:
                 self._waiting.remove(turn)
                 turn.response = response

@@ -140,6 +140,7 @@ def _session(
     compression: str | None = None,
     continuous_mic: bool = False,
     backchannel: float = 0.0,
+    pause: float = 0.0,
 ) -> Session:
     """A session answered in 1 s of streaming (the echo server's), asking questions index, index + 1."""
     answering = dict.fromkeys(range(len(prompts.prompts)), 1.0)
@@ -157,6 +158,7 @@ def _session(
         compression,
         continuous_mic,
         backchannel_rate=backchannel,
+        pause_rate=pause,
     )
 
 
@@ -242,6 +244,26 @@ async def test_a_backchannel_the_server_takes_for_an_interruption_is_counted_as_
     assert turn.response is not None and turn.response.status == "cancelled"
 
 
+async def test_a_question_the_server_answers_at_its_pause_is_counted_cut_off_and_its_answer_is_the_last(
+    echo: EchoServer,
+) -> None:
+    """The echo server ends a question at 500 ms of silence, so it answers the first half of a
+    paused question, then cancels that answer when the rest is spoken (OpenAI's rule) and
+    answers the whole turn: the turn is cut off once, answered by the last response, and no
+    response goes unasked."""
+    log = await _session(echo.url, tone_prompts(), 0, Dice(0.0), 0.0, 0.0, pause=1.0).run(1, math.inf)
+    _clean(log)
+    assert log.unasked_responses == 0
+    (turn,) = log.turns
+    assert turn.paused and turn.prompt.seconds > tone_prompts().prompts[0].seconds
+    (cut_off,) = turn.cut_off_by
+    assert cut_off.status == "cancelled" and cut_off.stale_bytes == 0
+    assert turn.response is not None and turn.response.status == "completed"
+    assert turn.response.created_at > cut_off.created_at
+    assert turn.speech_end_at is not None and turn.speech_stopped_at is not None
+    assert turn.speech_stopped_at > turn.speech_end_at  # the turn's end, not its pause
+
+
 def test_a_response_to_no_question_is_counted() -> None:
     listener = SessionListener(SessionLog(0))
     listener.on_message(b'{"type": "response.created", "response": {"id": "resp_1"}}', True)
@@ -280,7 +302,7 @@ def test_the_longest_silence_inside_an_answer_is_measured_as_a_listener_hears_it
     """100 ms of audio at 1.0 s and at 1.05 s play on without a break; the next at 1.5 s
     comes 0.3 s after the listener ran out."""
     listener = SessionListener(SessionLog(0))
-    turn = Turn(0, 0, tone_prompts().prompts[0])
+    turn = Turn(0, 0, tone_prompts().prompts[0], speech_end_at=-1.0)  # asked: the next response answers it
     listener.expect(turn)
     listener.on_event({"type": "response.created", "response": {"id": "resp_1"}}, 0.0)
     delta = base64.b64encode(bytes(2 * REALTIME_RATE // 10)).decode()
