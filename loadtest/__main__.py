@@ -57,6 +57,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.0,
         help="share of questions said with a 0.8 s pause mid-sentence; an answer before they end is a cut-off",
     )
+    parser.add_argument(
+        "--turn-detection",
+        choices=["server_vad", "semantic_vad"],
+        help="what each session asks for in a session.update (default: the server's own)",
+    )
     parser.add_argument("--ramp-s", type=_non_negative, default=0.0, help="start the sessions over this long")
     parser.add_argument("--duration-s", type=_positive(float), help="stop starting turns after this long")
     parser.add_argument("--seed", type=int, default=0)
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         voiced_tones=args.voiced_tones,
         backchannel_rate=args.backchannel_rate,
         pause_rate=args.pause_rate,
+        turn_detection=args.turn_detection,
     )
     try:
         result = asyncio.run(run_load(config))

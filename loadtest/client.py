@@ -4,7 +4,7 @@ The session speaks its questions in real time (100 ms frames, trailing silence f
 server's VAD), waits for the answer and listens to it for as long as it plays, and now and
 then interrupts an answer at a random moment: by speaking its next question (server-VAD
 barge-in) or with ``response.cancel``; or says a backchannel over it (a hum that must not
-interrupt: such a session asks for ``BACKCHANNEL_RULES``). Some questions it says with a pause
+interrupt: such a session asks for our interruption rules). Some questions it says with a pause
 mid-sentence (a server that answers before they end cut the speaker off). What it hears is
 filed by ``loadtest.session_log``.
 
@@ -24,7 +24,7 @@ import functools
 import json
 import random
 import time
-from typing import Any
+from typing import Any, Literal
 
 import websockets
 from websockets.asyncio.client import connect
@@ -45,19 +45,19 @@ LISTEN_CAP_S = 10.0
 DEFAULT_ANSWERING_S = 0.5
 """How long an answer streams from its first audio to its end, when not calibrated."""
 
-BACKCHANNEL_RULES = json.dumps(
-    {
-        "type": "session.update",
-        "session": {
-            "type": "realtime",
-            "audio": {
-                "input": {"turn_detection": {"type": "server_vad", "interruption": InterruptionRules().model_dump()}}
-            },
-        },
-    }
-)
-"""Our extension's default rules (an interruption lasts 150 ms and says more than a
-backchannel), for the servers whose own rule is OpenAI's (``cluster/loadtest.yaml``)."""
+TurnDetection = Literal["server_vad", "semantic_vad"]
+
+
+def turn_detection_update(kind: TurnDetection, our_rules: bool) -> str:
+    """The ``session.update`` asking for ``kind``; ``our_rules``: with our extension's default
+    interruption rules (an interruption lasts 150 ms and says more than a backchannel), which
+    a session that says backchannels asks for whatever the server's own rule (OpenAI's, in
+    ``cluster/loadtest.yaml``)."""
+    detection: dict[str, Any] = {"type": kind}
+    if our_rules:
+        detection["interruption"] = InterruptionRules().model_dump()
+    session = {"type": "realtime", "audio": {"input": {"turn_detection": detection}}}
+    return json.dumps({"type": "session.update", "session": session})
 
 
 def _append_event(pcm: bytes) -> str:
@@ -101,6 +101,7 @@ class Session:
         continuous_mic: bool = False,
         backchannel_rate: float = 0.0,
         pause_rate: float = 0.0,
+        turn_detection: TurnDetection | None = None,
     ) -> None:
         self.log = SessionLog(index)
         self._heard = SessionListener(self.log)
@@ -121,6 +122,8 @@ class Session:
         self._backchannel_rate = backchannel_rate
         self._pause_rate = pause_rate
         """Share of questions said with a pause mid-sentence (``PromptSet.paused``)."""
+        self._turn_detection = turn_detection
+        """Asked for at the start; ``None``: the server's own."""
         self._voices = 0
         """Questions being spoken right now (a barge-in may overlap the last one's silence)."""
         self._ws: Any = None
@@ -143,8 +146,9 @@ class Session:
                 try:
                     async with asyncio.timeout(EVENT_TIMEOUT_S):
                         await self._heard.created.wait()
-                    if self.log.model is not None and self._backchannel_rate:
-                        await ws.send(BACKCHANNEL_RULES)
+                    if self.log.model is not None and (self._backchannel_rate or self._turn_detection):
+                        kind = self._turn_detection or "server_vad"
+                        await ws.send(turn_detection_update(kind, our_rules=bool(self._backchannel_rate)))
                     if self.log.model is not None:  # else refused (an error event says why)
                         microphone = asyncio.ensure_future(self._microphone()) if self._continuous_mic else None
                         try:

@@ -163,7 +163,8 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Load test: {config['sessions']} sessions x {config['turns']} turns, "
         f"interrupt rate {config['interrupt_rate']}, cancel rate {config['cancel_rate']}, "
-        f"backchannel rate {config['backchannel_rate']}, pause rate {config['pause_rate']}",
+        f"backchannel rate {config['backchannel_rate']}, pause rate {config['pause_rate']}, "
+        f"turn detection {config['turn_detection'] or 'the server default'}",
         "",
         f"Server model `{summary['server_info']['model']}`, {summary['duration_s']} s, "
         f"{summary['completed_turns_per_s']} completed turns/s.",

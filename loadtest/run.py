@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loadtest.client import Session
+from loadtest.client import Session, TurnDetection
 from loadtest.metrics import settled_scrape
 from loadtest.prompts import PromptSet, prompts_for
 from loadtest.session_log import SessionLog, Turn
@@ -50,6 +50,8 @@ class LoadConfig:
     """Share of answers a backchannel is said over (they must play on)."""
     pause_rate: float = 0.0
     """Share of questions said with a pause mid-sentence (the server must wait for the rest)."""
+    turn_detection: TurnDetection | None = None
+    """What each session asks for (``None``: the server's own)."""
 
 
 @dataclass
@@ -124,6 +126,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
                 continuous_mic=config.continuous_mic,
                 backchannel_rate=config.backchannel_rate,
                 pause_rate=config.pause_rate,
+                turn_detection=config.turn_detection,
             )
             return await driver.run(config.turns, deadline)
 

@@ -17,9 +17,18 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from deployments.realtime.protocol import parse_client_event
 from handlers.audio import REALTIME_RATE
 from loadtest import bench_client
-from loadtest.client import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Session, spoken_frames
+from loadtest.client import (
+    FRAME_BYTES,
+    FRAME_MS,
+    SILENCE_EVENT,
+    Session,
+    TurnDetection,
+    spoken_frames,
+    turn_detection_update,
+)
 from loadtest.echo_server import ANSWER_S, EchoServer
 from loadtest.prompts import PromptSet, tone_prompts
 from loadtest.session_log import SessionListener, SessionLog, Turn
@@ -262,6 +271,15 @@ async def test_a_question_the_server_answers_at_its_pause_is_counted_cut_off_and
     assert turn.response.created_at > cut_off.created_at
     assert turn.speech_end_at is not None and turn.speech_stopped_at is not None
     assert turn.speech_stopped_at > turn.speech_end_at  # the turn's end, not its pause
+
+
+@pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
+@pytest.mark.parametrize("our_rules", [False, True])
+def test_the_turn_detection_a_session_asks_for_is_one_the_server_takes(kind: TurnDetection, our_rules: bool) -> None:
+    event = parse_client_event(turn_detection_update(kind, our_rules)).model_dump(exclude_none=True)
+    detection = event["session"]["audio"]["input"]["turn_detection"]
+    assert detection["type"] == kind
+    assert ("interruption" in detection) == our_rules
 
 
 def test_a_response_to_no_question_is_counted() -> None:
