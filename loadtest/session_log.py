@@ -5,6 +5,11 @@ and response it belongs to, and what must never happen counted (audio of a respo
 ``loadtest.client.Session`` speaks; ``SessionListener`` keeps the records it reads from: a
 turn is answered by the next ``response.created`` after its speech, in the order spoken. A
 response created while the turn is still being spoken cut the speaker off (``Turn.cut_off_by``).
+That is told by time, not by audio position: a server so slow that the response to the first
+half of a paused question comes after the rest was sent has it taken for the turn's answer,
+and the answer to the whole turn is then counted unasked. (One of three 50-session
+serving-layer runs with 20 % of questions paused failed, 2026-12-02, its output not kept: the
+likely cause; the events' ``audio_end_ms`` against the audio sent would tell it exactly.)
 """
 
 import asyncio
