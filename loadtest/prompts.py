@@ -44,6 +44,8 @@ BACKCHANNEL_SECONDS = 0.6
 PAUSE_S = 0.8
 """A pause mid-question, in the 600-900 ms that cut people off (LiveKit Agents #3373)."""
 SPOKEN_BEFORE_PAUSE = "What is the capital of"
+LAST_WORD_S = 0.25
+"""A paused question goes on for at least this long after its pause."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,14 @@ def tone_prompts(voiced: bool = False) -> PromptSet:
 def with_pause(speech: bytes, near_sample: int) -> bytes:
     """``speech`` (24 kHz PCM16) with ``PAUSE_S`` of silence put in at its quietest 20 ms
     within 20 % of ``near_sample`` (where the words before the pause, said alone, end: so
-    between two words)."""
+    between two words), and at least ``LAST_WORD_S`` before its last sound: said alone, the
+    first words last longer than within the sentence, and the quietest point was once after
+    the last word ("Italy"), which left no second half."""
     samples = pcm16_to_float(speech)
     loudness = np.convolve(np.abs(samples), np.ones(480) / 480, mode="same")
-    low, high = int(0.8 * near_sample), min(len(samples), int(1.2 * near_sample) + 1)
+    last_sound = int(np.flatnonzero(loudness > 0.1 * loudness.max())[-1])
+    high = min(len(samples), int(1.2 * near_sample) + 1, last_sound - int(LAST_WORD_S * REALTIME_RATE))
+    low = min(int(0.8 * near_sample), high - 1)
     cut = 2 * (low + int(np.argmin(loudness[low:high])))
     return speech[:cut] + bytes(2 * int(PAUSE_S * REALTIME_RATE)) + speech[cut:]
 
