@@ -12,8 +12,8 @@ const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 
 // stops: per barge-in, ms from speech_started to the last sound of the interrupted answer;
 // doneAt: when each response.done came.
 // sounding: [from, to] of each stretch of answer audio heard (or scheduled to be), and
-// lastSoundAt: of its last sound; window.s2s.microphoneAt: of the microphone's start (a test's
-// fake microphone plays its file from then). All performance.now() times.
+// lastSoundAt: of its last sound; window.s2s.lastSpeechStartedAt: of the last speech_started.
+// All performance.now() times.
 window.s2s = { stats, connected: false };
 
 let socket = null; // { send(text), close() } over either transport
@@ -44,7 +44,6 @@ async function connect() {
   microphone = await navigator.mediaDevices.getUserMedia({
     audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
   });
-  window.s2s.microphoneAt = performance.now();
   const capture = new AudioWorkletNode(context, "mic-capture");
   const silent = context.createGain();
   silent.gain.value = 0; // the worklet runs only when it leads to the output
