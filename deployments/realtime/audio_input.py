@@ -95,6 +95,12 @@ class AudioInput:
         """Input audio taken in since the input last restarted (the clock of ``audio_*_ms``)."""
         return self._buffer.end_sample * 1000 // SPEECH_RATE
 
+    @property
+    def arrived_sample(self) -> int:
+        """Input audio that has arrived since the input last restarted, whether the VAD has
+        listened to it yet or not (samples at 16 kHz: the VAD's clock)."""
+        return self._buffer.end_sample + self._queued_samples
+
     def speech_so_far(self) -> np.ndarray:
         """The current utterance as far as it has been taken in (a copy)."""
         return self._buffer.peek()

@@ -11,6 +11,11 @@ to …"), the turn is held: if the user speaks again before the pause has lasted
 item, no new ``speech_started``); if not, the turn ends at the bound. Speculation starts at
 the pause as always, so a confident end costs nothing extra; a turn that goes on drops it.
 If the model fails the turn ends at once (logged): an answer late is worse than early.
+
+The bound is counted in input audio, as every VAD time is. A client that stops sending after
+its question (push-to-talk, a script) never sends the pause's end, so a held turn also ends
+once no audio at all has come for as long as the rest of the bound would take in real time
+(plus ``STALLED_INPUT_S``): it is not held for ever, and audio still coming is never cut.
 """
 
 import asyncio
@@ -25,6 +30,7 @@ from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.failures import StageFailure
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
+from handlers.audio import SPEECH_RATE
 from handlers.vad import SpeechStopped, ms_to_samples
 
 logger = logging.getLogger(__name__)
@@ -35,6 +41,9 @@ EAGERNESS_SILENCE_MS = {"high": 1000, "medium": 2000, "auto": 2000, "low": 3000}
 """The longest pause an incomplete turn waits through, by ``eagerness``."""
 COMPLETE_ABOVE = 0.5
 """Smart Turn's probability above which a turn is complete (its reference threshold)."""
+STALLED_INPUT_S = 0.5
+"""How long past due the pause's audio may be before the client counts as no longer sending
+(real-time clients send a frame every 20-100 ms)."""
 WORDS_END_ABOVE = 0.03
 """The LLM's probability of the message ending, above which its words are complete.
 SmolLM2-135M (vLLM) on tiny.en's transcripts of Piper-spoken fragments: 0.000 to 0.026
@@ -111,8 +120,20 @@ class TurnEnd:
         except StageFailure as failure:
             logger.warning("end-of-turn model: %s; the turn ends now", failure.message)
             complete = True
-        if complete and self._held is held:
+        if not complete and not await self._input_stalls(held):
+            return  # the audio reaches the bound: ``heard`` ends the turn there
+        if self._held is held:
             self._end(held)
+
+    async def _input_stalls(self, held: _Held) -> bool:
+        """Whether the client stops sending before its audio reaches the bound: no audio at all
+        comes while the rest of it would take in real time, and ``STALLED_INPUT_S`` more."""
+        while (missing := held.deadline - self._audio.arrived_sample) > 0:
+            arrived = self._audio.arrived_sample
+            await asyncio.sleep(missing / SPEECH_RATE + STALLED_INPUT_S)
+            if self._audio.arrived_sample == arrived:
+                return True
+        return False
 
     async def _complete(self, utterance: np.ndarray) -> bool:
         """Smart Turn and the words, asked at once; complete when both say so."""

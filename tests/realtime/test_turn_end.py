@@ -4,6 +4,8 @@ model's verdict at each short pause ends the turn, or holds it for more speech.
 The fake model calls an utterance complete once it holds more than 1.6 s of audio: one
 question tone (1 s, plus the 0.3 s prefix) is "incomplete", two are "complete"."""
 
+import asyncio
+
 import numpy as np
 from fakes import FakeStages, Harness, append_audio, speech
 
@@ -88,6 +90,38 @@ async def test_an_incomplete_turn_ends_when_its_pause_reaches_the_eagerness_boun
         stopped = await h.socket.wait_type("input_audio_buffer.speech_stopped")
         assert 900 <= stopped["audio_end_ms"] <= 1100
         assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
+
+
+async def test_a_held_turn_ends_when_the_client_stops_sending() -> None:
+    """The question and 0.3 s of silence, then nothing (push-to-talk, a script): the bound is
+    never reached in input audio, and the turn ends once the audio is that overdue."""
+    stages = FakeStages()
+    stages.complete_of = lambda utterance: 0.1
+    async with Harness(stages) as h:
+        await open_semantic(h, "high")
+        append_audio(h.socket, speech(1, silence_s=0.3))
+        stopped = await h.socket.wait_type("input_audio_buffer.speech_stopped")
+        assert 900 <= stopped["audio_end_ms"] <= 1100
+        assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
+
+
+async def test_a_slow_stream_still_continues_the_held_turn() -> None:
+    """The pause's 0.9 s of silence comes at 0.3 times real time (3 s, past the 1 s bound and
+    ``STALLED_INPUT_S`` on the wall clock): audio keeps coming, so the speech after it
+    continues the turn."""
+    stages = FakeStages()
+    stages.complete_of = complete_when_long
+    stages.transcript_of = lambda audio: f"{len(audio) / SPEECH_RATE:.2f}"  # what the STT was given
+    async with Harness(stages) as h:
+        await open_semantic(h, "high")
+        append_audio(h.socket, speech(1, silence_s=0.0))
+        for _ in range(30):  # the client's pace, not a synchronisation
+            append_audio(h.socket, speech(1, seconds=0.0, silence_s=0.03))
+            await asyncio.sleep(0.1)
+        append_audio(h.socket, speech(2, silence_s=0.5))
+        completed = await h.socket.wait_type("conversation.item.input_audio_transcription.completed")
+        assert float(completed["transcript"]) > 2.0, "the first item is both tones' audio (one is 1.3 s)"
+        assert len(h.socket.of_type("input_audio_buffer.speech_started")) == 1, "one utterance"
 
 
 async def test_the_bound_is_the_eagerness_one() -> None:
