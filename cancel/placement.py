@@ -35,6 +35,8 @@ HOST_MAX_CONCURRENCY = 10_000
 """Every worker process keeps a long-poll pending on each host it watches sessions of."""
 WATCH_EPOCH_S = 30.0
 SESSION_ID_BYTES = 16
+OPEN_SESSION_TIMEOUT_S = 10.0
+"""How long a new session waits for some shared host to answer before it fails, visibly."""
 
 
 class ScopePlacementConfig(BaseModel):
@@ -129,19 +131,44 @@ class ScopeDirectory:
         """
         session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
         if self._shared:
-            link = self._shared[zlib.crc32(session_id.encode()) % len(self._shared)]
+            link = await self._place_shared(session_id)
         else:
             link = _HostLink(_start_host())
             self._links.add(link)
-        try:
-            await link.host.publish.remote(session_id, 0, 0)
-        except BaseException:
-            if not self._shared:
+            try:
+                await link.host.publish.remote(session_id, 0, 0)
+            except BaseException:
                 self._release_link(link)
-            raise
+                raise
         scope = SessionScope(session_id, link.host, partial(self._close, link))
         link.scopes.add(scope)
         return scope
+
+    async def _place_shared(self, session_id: str) -> _HostLink:
+        """The shared host that takes the session: its hash's, else the next one that answers.
+
+        A host restarting (its node lost: Ray starts it elsewhere, seconds) refuses calls
+        meanwhile; a new session then goes to another host rather than failing. With none
+        answering, the round is tried again with backoff for ``OPEN_SESSION_TIMEOUT_S``.
+        Where a session lives is carried by its scope, not recomputed from the hash."""
+        first = zlib.crc32(session_id.encode()) % len(self._shared)
+        order = self._shared[first:] + self._shared[:first]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + OPEN_SESSION_TIMEOUT_S
+        backoff = Backoff()
+        while True:
+            for link in order:
+                try:
+                    await link.host.publish.remote(session_id, 0, 0)
+                except RayActorError as exc:
+                    logger.warning("scope host %s unavailable for a new session: %r", link.host, exc)
+                    failure = exc
+                else:
+                    return link
+            delay = backoff.delay()
+            if loop.time() + delay > deadline:
+                raise failure
+            await asyncio.sleep(delay)
 
     async def shutdown(self) -> None:
         """Close every open session and kill every host."""

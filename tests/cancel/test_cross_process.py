@@ -12,7 +12,7 @@ from ray.exceptions import ActorDiedError, RayActorError
 from ray.util.state import list_actors
 from ray.util.state.exception import ServerUnavailable
 
-from cancel import ScopeDirectory, ScopePlacementConfig
+from cancel import ScopeDirectory, ScopePlacementConfig, placement
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -157,6 +157,29 @@ async def test_host_dead_for_good_ends_its_sessions_work(directory: ScopeDirecto
     scope.cancel()
     with pytest.raises(ActorDiedError):
         await scope.flush()
+
+
+async def test_new_sessions_go_around_a_host_that_does_not_answer(shared_directory: ScopeDirectory) -> None:
+    """A host that refuses calls (restarting after its node was lost, as in a CI run of the
+    GPU-cluster test, where the ingress then refused a new session): new sessions open on the
+    other host."""
+    gone, live = shared_directory.hosts
+    ray.kill(gone, no_restart=True)
+    await assert_dead({gone})
+    scopes = await asyncio.gather(*(shared_directory.open_session() for _ in range(16)))
+    assert {scope.host for scope in scopes} == {live}
+    assert (await live.stats.remote())["sessions"] == 16
+
+
+async def test_a_session_fails_visibly_when_no_host_answers(ray_local: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placement, "OPEN_SESSION_TIMEOUT_S", 0.5)
+    directory = await ScopeDirectory.create(ScopePlacementConfig(num_hosts=1))
+    (host,) = directory.hosts
+    ray.kill(host, no_restart=True)
+    await assert_dead({host})
+    with pytest.raises(ActorDiedError):
+        await directory.open_session()
+    await directory.shutdown()
 
 
 async def test_nothing_is_left_after_sessions_close(directory: ScopeDirectory, worker: ActorHandle) -> None:
