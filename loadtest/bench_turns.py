@@ -147,7 +147,8 @@ def cough() -> bytes:
 
 def paused_sentence(speaker: Speaker, first: str, rest: str) -> bytes:
     """The whole sentence spoken, with ``PAUSE_S`` put in between ``first`` and ``rest``."""
-    return with_pause(speaker.speech(f"{first} {rest}"), len(speaker.speech(first)) // 2)
+    paused, _ = with_pause(speaker.speech(f"{first} {rest}"), len(speaker.speech(first)) // 2)
+    return paused
 
 
 async def bench_paused(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:

@@ -127,6 +127,8 @@ class Session:
         self._voices = 0
         """Questions being spoken right now (a barge-in may overlap the last one's silence)."""
         self._ws: Any = None
+        self._sent_ms = 0.0
+        """Input audio sent so far: the position the server's ``audio_end_ms`` names."""
         self._speaking: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -193,15 +195,19 @@ class Session:
         metronome = running_metronome()
         start = time.monotonic()
         played = 0.0
+        resumes = prompt.resumes_at_s
         self._voices += 1
         try:
-            for event, played in spoken_frames(prompt):
-                await self._ws.send(event)
+            for event, frame_end in spoken_frames(prompt):
+                if turn is not None and resumes is not None and played <= resumes < frame_end:
+                    turn.resumed_at_ms = self._sent_ms + 1000 * (resumes - played)
+                await self._append(event, frame_end - played)
+                played = frame_end
                 await metronome.until(start + played)
             if turn is not None:
                 turn.speech_end_at = time.monotonic()
             for frame in range(1, int(TRAILING_SILENCE_S * 1000 / FRAME_MS) + 1):
-                await self._ws.send(SILENCE_EVENT)
+                await self._append(SILENCE_EVENT, FRAME_MS / 1000)
                 await metronome.until(start + played + frame * FRAME_MS / 1000)
         finally:
             self._voices -= 1
@@ -215,7 +221,13 @@ class Session:
             due += FRAME_MS / 1000
             await metronome.until(due)
             if not self._voices:
-                await self._ws.send(SILENCE_EVENT)
+                await self._append(SILENCE_EVENT, FRAME_MS / 1000)
+
+    async def _append(self, event: str, seconds: float) -> None:
+        """Send an ``input_audio_buffer.append`` of ``seconds`` of audio, counted before the
+        send, so concurrent speakers count it in the order it goes out."""
+        self._sent_ms += 1000 * seconds
+        await self._ws.send(event)
 
     async def _await_answer(self, turn: Turn) -> Turn | None:
         """Wait for the turn's answer, interrupting it as the dice say; return the turn the

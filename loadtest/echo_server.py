@@ -77,6 +77,9 @@ class EchoSession:
         self._speaking = False
         self._silent = 0
         self._turns = 0
+        self._received_ms = 0.0
+        """Input audio so far: the positions ``audio_start_ms`` and ``audio_end_ms`` name."""
+        self._speech_end_ms = 0.0
         self._answer: asyncio.Task[None] | None = None
         self._answering: str | None = None
         """The id of the response streaming now, if any."""
@@ -105,15 +108,20 @@ class EchoSession:
             await self.emit({"type": "error", "error": error})
 
     async def _on_audio(self, audio: str) -> None:
-        STATS["audio_in_s"] += len(audio) * 3 / 4 / (2 * REALTIME_RATE)
+        seconds = len(audio) * 3 / 4 / (2 * REALTIME_RATE)
+        STATS["audio_in_s"] += seconds
+        at_ms, self._received_ms = self._received_ms, self._received_ms + 1000 * seconds
         if audio.strip("A=") != "":  # speech
             self._silent = 0
             if not self._speaking:
                 self._speaking = True
-                await self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": 0, "item_id": "x"})
+                started = {"audio_start_ms": int(at_ms), "item_id": "x"}
+                await self.emit({"type": "input_audio_buffer.speech_started", **started})
                 await self.cancel()  # a barge-in
             return
         if self._speaking:
+            if self._silent == 0:
+                self._speech_end_ms = at_ms
             self._silent += 1
             if self._silent >= SILENCE_FRAMES:
                 self._speaking = False
@@ -137,7 +145,8 @@ class EchoSession:
 
     async def _respond(self, question: str) -> None:
         heard, answer = f"item_{secrets.token_urlsafe(8)}", f"item_{secrets.token_urlsafe(8)}"
-        await self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 0, "item_id": heard})
+        stopped = {"audio_end_ms": int(self._speech_end_ms), "item_id": heard}
+        await self.emit({"type": "input_audio_buffer.speech_stopped", **stopped})
         await self.emit({"type": "input_audio_buffer.committed", "item_id": heard})
         await self.emit({"type": "conversation.item.added", "item": {"id": heard, "type": "message"}})
         transcribed = {"item_id": heard, "content_index": 0, "transcript": question}

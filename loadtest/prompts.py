@@ -54,6 +54,8 @@ class Prompt:
     text: str
     pcm16: bytes
     """24 kHz mono PCM16, as a client sends it."""
+    resumes_at_s: float | None = None
+    """A paused question's: where its speech goes on after the pause."""
 
     @property
     def seconds(self) -> float:
@@ -111,7 +113,7 @@ def spoken_prompts() -> PromptSet:
     texts = {country.lower(): f"{SPOKEN_BEFORE_PAUSE} {country}?" for country, _ in CAPITALS}
     audio = spoken({**texts, "backchannel": BACKCHANNEL, "before-pause": SPOKEN_BEFORE_PAUSE})
     prompts = [Prompt(number, texts[name], audio[name]) for number, name in enumerate(texts)]
-    paused = [Prompt(p.number, p.text, with_pause(p.pcm16, len(audio["before-pause"]) // 2)) for p in prompts]
+    paused = [Prompt(p.number, p.text, *with_pause(p.pcm16, len(audio["before-pause"]) // 2)) for p in prompts]
     backchannel = Prompt(-1, BACKCHANNEL, audio["backchannel"])
     marks: list[tuple[str, ...]] = [(country.lower(), city.lower()) for country, city in CAPITALS]
     return PromptSet("spoken", prompts, marks, backchannel, paused)
@@ -127,23 +129,24 @@ def tone_prompts(voiced: bool = False) -> PromptSet:
     hum = pcm16_to_float(voices["backchannel"]) if voiced else None
     seconds = BACKCHANNEL_SECONDS if hum is None else len(hum) / REALTIME_RATE
     backchannel = Prompt(-1, BACKCHANNEL_TEXT, _under(backchannel_tone(seconds), hum))
-    paused = [Prompt(p.number, p.text, with_pause(p.pcm16, len(p.pcm16) // 4)) for p in prompts]  # mid-tone
+    paused = [Prompt(p.number, p.text, *with_pause(p.pcm16, len(p.pcm16) // 4)) for p in prompts]  # mid-tone
     return PromptSet("tones", prompts, [], backchannel, paused)
 
 
-def with_pause(speech: bytes, near_sample: int) -> bytes:
+def with_pause(speech: bytes, near_sample: int) -> tuple[bytes, float]:
     """``speech`` (24 kHz PCM16) with ``PAUSE_S`` of silence put in at its quietest 20 ms
     within 20 % of ``near_sample`` (where the words before the pause, said alone, end: so
     between two words), and at least ``LAST_WORD_S`` before its last sound: said alone, the
     first words last longer than within the sentence, and the quietest point was once after
-    the last word ("Italy"), which left no second half."""
+    the last word ("Italy"), which left no second half. Also the second the speech goes on."""
     samples = pcm16_to_float(speech)
     loudness = np.convolve(np.abs(samples), np.ones(480) / 480, mode="same")
     last_sound = int(np.flatnonzero(loudness > 0.1 * loudness.max())[-1])
     high = min(len(samples), int(1.2 * near_sample) + 1, last_sound - int(LAST_WORD_S * REALTIME_RATE))
     low = min(int(0.8 * near_sample), high - 1)
     cut = 2 * (low + int(np.argmin(loudness[low:high])))
-    return speech[:cut] + bytes(2 * int(PAUSE_S * REALTIME_RATE)) + speech[cut:]
+    pause = bytes(2 * int(PAUSE_S * REALTIME_RATE))
+    return speech[:cut] + pause + speech[cut:], (cut + len(pause)) / (2 * REALTIME_RATE)
 
 
 def _under(tone: np.ndarray, voice: np.ndarray | None) -> bytes:

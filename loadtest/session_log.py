@@ -4,12 +4,10 @@ and response it belongs to, and what must never happen counted (audio of a respo
 
 ``loadtest.client.Session`` speaks; ``SessionListener`` keeps the records it reads from: a
 turn is answered by the next ``response.created`` after its speech, in the order spoken. A
-response created while the turn is still being spoken cut the speaker off (``Turn.cut_off_by``).
-That is told by time, not by audio position: a server so slow that the response to the first
-half of a paused question comes after the rest was sent has it taken for the turn's answer,
-and the answer to the whole turn is then counted unasked. (One of three 50-session
-serving-layer runs with 20 % of questions paused failed, 2026-12-02, its output not kept: the
-likely cause; the events' ``audio_end_ms`` against the audio sent would tell it exactly.)
+paused question's response that follows a ``speech_stopped`` at its pause cut the speaker off
+(``Turn.cut_off_by``). The pause is told by audio position (the stop's ``audio_end_ms``
+against where the session's audio went on), not by time: a server's events may come well
+after the audio they are about.
 """
 
 import asyncio
@@ -65,9 +63,12 @@ class Turn:
     timed_out: bool = False
     paused: bool = False
     """Spoken with a pause mid-sentence (``PromptSet.paused``)."""
+    resumed_at_ms: float | None = None
+    """Where in the session's input audio a paused question's speech went on: the server's
+    ``speech_stopped`` before it (its ``audio_end_ms``) was at the pause."""
     cut_off_by: list[Response] = field(default_factory=list)
-    """Responses the server began while the turn was still being spoken: it took a pause for
-    the turn's end. The turn's own response is the one after its speech ended."""
+    """Responses the server began after a stop at the turn's pause: it took the pause for the
+    turn's end. The turn's own response is the one after a stop past it."""
     answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -96,6 +97,8 @@ class SessionListener:
         self.leaving = False
         """The session is closing: what comes now is no turn's."""
         self._responses: dict[str, Response] = {}
+        self._last_stop_ms: float | None = None
+        """The latest ``speech_stopped``'s position in the input audio."""
         self._waiting: list[Turn] = []
         """Turns whose speech the server has not yet answered, oldest first."""
 
@@ -135,9 +138,8 @@ class SessionListener:
             if turn is not None:
                 turn.barge_in_heard_at = now
         elif kind == "input_audio_buffer.speech_stopped":
-            turn = self._oldest_waiting()
-            # Before the turn's speech ended, it is a pause within the turn, not its end.
-            if turn is not None and turn.speech_end_at is not None and turn.speech_stopped_at is None:
+            turn, self._last_stop_ms = self._oldest_waiting(), event.get("audio_end_ms")
+            if turn is not None and turn.speech_stopped_at is None and not self._at_pause(turn):
                 turn.speech_stopped_at = now
         elif kind == "conversation.item.input_audio_transcription.completed":
             turn = next((t for t in self.log.turns if t.heard is None and t.speech_stopped_at), None)
@@ -148,7 +150,7 @@ class SessionListener:
             turn = self._oldest_waiting()
             if turn is None:
                 self.log.unasked_responses += 1
-            elif turn.speech_end_at is None:  # the speaker was cut off: what the server heard so far
+            elif self._at_pause(turn):  # the speaker was cut off: what the server heard so far
                 turn.cut_off_by.append(response)
             else:
                 self._waiting.remove(turn)
@@ -163,6 +165,12 @@ class SessionListener:
         elif kind == "error":
             code = event["error"].get("code") or event["error"].get("type") or "unknown"
             self.log.errors[code] = self.log.errors.get(code, 0) + 1
+
+    def _at_pause(self, turn: Turn) -> bool:
+        """Whether the latest stop was at the turn's pause (its speech had not gone on yet)."""
+        if not turn.paused or self._last_stop_ms is None:
+            return False
+        return turn.resumed_at_ms is None or self._last_stop_ms < turn.resumed_at_ms
 
     def _oldest_waiting(self) -> Turn | None:
         return self._waiting[0] if self._waiting else None

@@ -23,7 +23,8 @@ def paused_mid_sentence(speak) -> bytes:  # type: ignore[no-untyped-def]
     (their length when said alone), after as long a silence, as a client sends it."""
     whole = float_to_pcm16(resample(speak(SENTENCE, silence_s=0.0), SPEECH_RATE, REALTIME_RATE))
     first_samples = len(speak(FIRST_WORDS, silence_s=0.0)) * REALTIME_RATE // SPEECH_RATE
-    return silence(PAUSE_S) + with_pause(whole, first_samples) + silence(TRAILING_S)
+    paused, _ = with_pause(whole, first_samples)
+    return silence(PAUSE_S) + paused + silence(TRAILING_S)
 
 
 def silence(seconds: float) -> bytes:

@@ -271,6 +271,28 @@ async def test_a_question_the_server_answers_at_its_pause_is_counted_cut_off_and
     assert turn.response.created_at > cut_off.created_at
     assert turn.speech_end_at is not None and turn.speech_stopped_at is not None
     assert turn.speech_stopped_at > turn.speech_end_at  # the turn's end, not its pause
+    resumes_at_s = turn.prompt.resumes_at_s
+    assert turn.resumed_at_ms is not None and resumes_at_s is not None
+    assert turn.resumed_at_ms == pytest.approx(1000 * resumes_at_s)  # the session's first audio
+
+
+def test_a_response_after_the_rest_of_a_paused_question_was_sent_is_still_told_by_position() -> None:
+    """A slow server's events come late: the response to the first half of a paused question
+    may arrive after all of it was sent. The stop's position, not the time, says it was cut
+    off; the response after the stop past the pause is the turn's answer."""
+    listener = SessionListener(SessionLog(0))
+    turn = Turn(0, 0, tone_prompts().paused[0], paused=True, resumed_at_ms=2000.0, speech_end_at=5.0)
+    listener.expect(turn)
+    for event in (
+        {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 1300},  # at the pause
+        {"type": "response.created", "response": {"id": "resp_cut"}},
+        {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 2700},  # past it: the turn's end
+        {"type": "response.created", "response": {"id": "resp_whole"}},
+    ):
+        listener.on_event(event, 6.0)
+    assert [r.id for r in turn.cut_off_by] == ["resp_cut"]
+    assert turn.response is not None and turn.response.id == "resp_whole"
+    assert listener.log.unasked_responses == 0
 
 
 @pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
@@ -320,7 +342,7 @@ def test_the_longest_silence_inside_an_answer_is_measured_as_a_listener_hears_it
     """100 ms of audio at 1.0 s and at 1.05 s play on without a break; the next at 1.5 s
     comes 0.3 s after the listener ran out."""
     listener = SessionListener(SessionLog(0))
-    turn = Turn(0, 0, tone_prompts().prompts[0], speech_end_at=-1.0)  # asked: the next response answers it
+    turn = Turn(0, 0, tone_prompts().prompts[0])
     listener.expect(turn)
     listener.on_event({"type": "response.created", "response": {"id": "resp_1"}}, 0.0)
     delta = base64.b64encode(bytes(2 * REALTIME_RATE // 10)).decode()

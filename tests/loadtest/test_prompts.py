@@ -24,3 +24,5 @@ def test_every_paused_question_goes_on_after_its_pause() -> None:
             assert paused.text == whole.text
             assert len(paused.pcm16) == len(whole.pcm16) + 2 * int(PAUSE_S * REALTIME_RATE)
             assert before > 300 and after >= 1000 * LAST_WORD_S, (paused.text, before, after)
+            assert paused.resumes_at_s is not None  # where the session tells a stop at the pause
+            assert abs(1000 * paused.resumes_at_s - (before + 1000 * PAUSE_S)) < 25, (paused.text, before)
