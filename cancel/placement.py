@@ -46,11 +46,17 @@ class ScopePlacementConfig(BaseModel):
 
     mode: Literal["shared", "dedicated"] = "shared"
     num_hosts: int = Field(default=2, ge=1, description="Host actors of the shared pool.")
+    label_selector: dict[str, str] | None = Field(
+        default=None, description="Ray node labels a host actor needs (none: any node)."
+    )
 
 
-def _start_host() -> ActorHandle:
+def _start_host(label_selector: dict[str, str] | None) -> ActorHandle:
     """A host actor that Ray restarts forever and that never holds a CPU back from scheduling."""
-    options = ray.remote(ScopeHost).options(num_cpus=0, max_restarts=-1, max_concurrency=HOST_MAX_CONCURRENCY)
+    placement = {} if label_selector is None else {"label_selector": label_selector}
+    options = ray.remote(ScopeHost).options(
+        num_cpus=0, max_restarts=-1, max_concurrency=HOST_MAX_CONCURRENCY, **placement
+    )
     return cast(ActorHandle, options.remote())
 
 
@@ -106,7 +112,7 @@ class ScopeDirectory:
         config = config or ScopePlacementConfig()
         shared = []
         if config.mode == "shared":
-            shared = [_HostLink(_start_host()) for _ in range(config.num_hosts)]
+            shared = [_HostLink(_start_host(config.label_selector)) for _ in range(config.num_hosts)]
             await asyncio.gather(*(link.host.stats.remote() for link in shared))
         return cls(config, shared)
 
@@ -133,7 +139,7 @@ class ScopeDirectory:
         if self._shared:
             link = await self._place_shared(session_id)
         else:
-            link = _HostLink(_start_host())
+            link = _HostLink(_start_host(self._config.label_selector))
             self._links.add(link)
             try:
                 await link.host.publish.remote(session_id, 0, 0)

@@ -121,6 +121,8 @@ class IngressConfig(BaseModel):
     """When speech during an answer interrupts it (sessions may set their own:
     ``turn_detection.interruption``)."""
     scope: ScopePlacementConfig = ScopePlacementConfig()
+    """Where session scopes live; the host actors need the ingress's node labels unless given
+    their own (``scope_placement``)."""
     max_input_audio_s: float = Field(60.0, gt=0)
     """Longest utterance kept in ``input_audio_buffer`` (older audio is dropped)."""
     limits: InputLimits = InputLimits()
@@ -164,6 +166,13 @@ class IngressConfig(BaseModel):
     replica); under the HAProxy data path, keep it below the 2.5 s drain
     (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``), or Ctrl-C may cut sessions with 1012
     instead of closing them with 1001."""
+
+    def scope_placement(self) -> ScopePlacementConfig:
+        """``scope``, its hosts beside the ingress that owns them unless told otherwise: a host
+        on a GPU pod would restart elsewhere with that pod (seen on the simulated cluster)."""
+        if self.scope.label_selector is not None or self.deployment.label_selector is None:
+            return self.scope
+        return self.scope.model_copy(update={"label_selector": self.deployment.label_selector})
 
     @model_validator(mode="after")
     def _room_for_refusals(self) -> "IngressConfig":

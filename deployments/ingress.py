@@ -98,7 +98,7 @@ class RealtimeIngress:
         """Sessions counted against the cap: from admission (before any await) to the end."""
         self._metrics = IngressMetrics()
         self._app_status = AppStatus(config.shutdown_poll_s)
-        self._directory = SharedScopeDirectory(config.scope)
+        self._directory = SharedScopeDirectory(config.scope_placement())
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
 

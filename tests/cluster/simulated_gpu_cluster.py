@@ -31,6 +31,7 @@ from ray import serve
 from ray.cluster_utils import Cluster
 from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
 from ray.serve.schema import ServeDeploySchema
+from ray.util.state import list_actors
 
 from deployments.placement import ReplicaPlacement
 from deployments.ports import free_port
@@ -202,6 +203,15 @@ async def wait_until_serving(targets: dict[str, int], timeout_s: float = 240) ->
         await asyncio.sleep(1.0)
 
 
+def scope_host_nodes(names: dict[str, str]) -> list[str]:
+    """Where the ingress's cancel-scope host actors run (its first session started them)."""
+    hosts = list_actors(
+        address=ray.get_runtime_context().gcs_address,
+        filters=[("class_name", "=", "ScopeHost"), ("state", "=", "ALIVE")],
+    )
+    return sorted(names.get(host.node_id, host.node_id) for host in hosts)
+
+
 class SimulatedCluster:
     """The chart's nodes as Ray nodes of this machine, named by group (``gpu-2``)."""
 
@@ -249,6 +259,7 @@ async def scenario(simulated: SimulatedCluster, spec: dict[str, Any]) -> dict[st
     await wait_until_serving(targets)
     report["placement_with_two_tts"] = await placements.rows()
     report["end_to_end"] = await converse(url, 3)
+    report["scope_hosts"] = scope_host_nodes(simulated.names)
 
     llm_node = next(row["node"] for row in report["placement_with_two_tts"] if row["deployment"] == "LLM")
     async with websockets.connect(url, max_size=None) as connection:
