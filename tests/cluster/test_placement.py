@@ -16,6 +16,8 @@ import pytest
 DRIVER = Path(__file__).with_name("simulated_gpu_cluster.py")
 GPU_DEPLOYMENTS = {"STT", "LLM", "TTS"}
 ANSWER_WORDS = 40
+CPU_POOL = {"s2s-serve/pool": "cpu"}
+"""The node labels of the chart's CPU pods."""
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def check_placement(rows: Iterable[dict[str, Any]], nodes: dict[str, Any]) -> se
             held.append((row["node"], row["gpu_ids"][0]))
         else:
             assert row["gpu_ids"] == [], row
-            assert nodes[row["node"]]["labels"] == {"s2s-serve/pool": "cpu"}, row
+            assert nodes[row["node"]]["labels"] == CPU_POOL, row
     assert len(held) == len(set(held)), held
     for node, gpu in held:
         assert (node, gpu) in gpus_of(nodes, node)
@@ -90,7 +92,7 @@ def test_the_cancel_scope_hosts_live_on_the_cpu_pods_beside_the_ingress(report: 
     nodes = report["nodes"]
     assert report["scope_hosts"], "the first session started them"
     for node in report["scope_hosts"]:
-        assert nodes[node].get("labels") == {"s2s-serve/pool": "cpu"}, report["scope_hosts"]
+        assert nodes[node].get("labels") == CPU_POOL, report["scope_hosts"]
 
 
 def test_a_session_works_end_to_end_across_nodes(report: dict[str, Any]) -> None:

@@ -1,5 +1,7 @@
-"""The voice page in a real browser: Debian's chromium, headless, its microphone a WAV file of
-Piper speaking, over the WebSocket, against the served pipeline (real models)."""
+"""The voice page in a real browser: Debian's chromium, headless, over the WebSocket and WebRTC,
+against the served pipeline (real models). Its microphone is a WAV file of Piper speaking
+(Chromium's own capture path), or, where speech must land while the answer sounds, a scripted
+one the test speaks into when the page says the answer is playing (``scripted_microphone.js``)."""
 
 import base64
 import json
