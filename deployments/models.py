@@ -72,8 +72,8 @@ class STT:
         self._stt: SpeechToText | ToneTranscriber = SpeechToText(config) if synthetic is None else ToneTranscriber()
         self._stt.transcribe(np.zeros(SPEECH_RATE, dtype=np.float32))  # first call pays ~1 s of setup
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> str:
-        return self._stt.transcribe(audio, retry_runaway)
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
+        return self._stt.transcribe(audio, over_answer)
 
     def ready(self) -> bool:
         return True

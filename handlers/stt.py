@@ -17,6 +17,14 @@ from pydantic import BaseModel, Field
 
 from handlers.audio import SPEECH_RATE
 
+HUMS = "Mm-hmm. Mhm. Hmm. Uh-huh."
+"""Previous text for speech over an answer, where hums are likely
+(``STTConfig.over_answer_prompt``): tiny.en makes words of a hum ("in a month", "enough",
+"Imam") far less often after it. The gate's
+looks at Piper's hums took 71 of 180 backchannels for interruptions without it and 26 with
+it, missing none of 216 real interruptions (docs/bench/README.md, "Telling Whisper hums are
+likely"). A turn's transcript never gets it: it would bias real words towards hums."""
+
 
 class STTConfig(BaseModel):
     model: str | None = None
@@ -34,12 +42,20 @@ class STTConfig(BaseModel):
     the utterance plus 3 s costs a quarter of that, at a word or two more per hundred
     mis-heard on our spoken test turns (a 1 s pad: the decoder loops). The CPU profile
     (``cluster/local.yaml``) takes that trade."""
+    over_answer_prompt: str = HUMS
+    """Previous text for speech heard over an answer (``transcribe(over_answer=True)``);
+    empty: none."""
 
 
 COMPRESSION_RATIO_LIMIT = 2.4
 """Whisper's own test for a decoding stuck in a loop (zlib ratio of the text)."""
 TOKENS_PER_SECOND_LIMIT = 10
 """Speech runs at ~3 tokens/s; more than this per second of audio is a runaway decode."""
+OVER_ANSWER_TOKENS = (5, 3)
+"""A look at speech over an answer decodes at most 5 tokens per second of audio plus 3: it
+only asks whether a word is there, and a short piece of speech that runs away ("stop stop
+…") otherwise decodes to the turn's limit (STT p50 38 against 46 ms, same verdicts;
+``make bench-backchannel-words``)."""
 
 
 class SpeechToText:
@@ -71,24 +87,29 @@ class SpeechToText:
         )
         self._tokenizer = tokenizer
         self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        previous = self.config.over_answer_prompt.strip()
+        self._over_answer_prompt = [tokenizer.sot_prev, *tokenizer.encode(" " + previous)] if previous else []
+        self._over_answer_prompt += self._prompt
         self._suppressed = get_suppressed_tokens(tokenizer, (-1,))
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> str:
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
         """The text of an utterance (16 kHz float32). A decode that runs away is retried over
-        Whisper's full window (~0.5 s more here); ``retry_runaway=False`` keeps its words
-        instead ("stop stop stop …"), for a quick decision on speech still going on: a short
-        piece of speech runs away often (13 % of 150 ms looks at an interruption here)."""
+        Whisper's full window (~0.5 s more here). ``over_answer``: speech heard while an
+        answer plays, looked at while it goes on to tell a real interruption from a hum: it
+        is decoded after ``over_answer_prompt``, briefly (``OVER_ANSWER_TOKENS``), and a runaway's words
+        are kept ("stop stop …"): a short piece of speech runs away often (13 % of 150 ms
+        looks at an interruption here), and the retry would cost the decision ~0.5 s."""
         if audio.size < SPEECH_RATE // 10:
             return ""
         audio = audio.astype(np.float32, copy=False)
         padding = self.config.context_padding_s
         if padding is not None and audio.size / SPEECH_RATE + padding <= 30:
-            text, ran_away = self._transcribe_window(audio, padding)
-            if not ran_away or not retry_runaway:
+            text, ran_away = self._transcribe_window(audio, padding, over_answer)
+            if not ran_away or over_answer:
                 return text
         return self._transcribe_full(audio)
 
-    def _transcribe_window(self, audio: np.ndarray, padding_s: float) -> tuple[str, bool]:
+    def _transcribe_window(self, audio: np.ndarray, padding_s: float, over_answer: bool) -> tuple[str, bool]:
         """One greedy decode over a window of the utterance plus ``padding_s`` of silence,
         and whether it ran away."""
         from faster_whisper.audio import pad_or_trim
@@ -96,12 +117,14 @@ class SpeechToText:
         features = self._model.feature_extractor(audio)
         frames = features.shape[-1] + round(padding_s * 100)  # 100 mel frames per second
         encoded = self._model.encode(pad_or_trim(features, frames))
-        max_new = int(TOKENS_PER_SECOND_LIMIT * audio.size / SPEECH_RATE) + 10
+        per_second, extra = OVER_ANSWER_TOKENS if over_answer else (TOKENS_PER_SECOND_LIMIT, 10)
+        max_new = int(per_second * audio.size / SPEECH_RATE) + extra
+        prompt = self._over_answer_prompt if over_answer else self._prompt
         (result,) = self._model.model.generate(
             encoded,
-            [self._prompt],
+            [prompt],
             beam_size=self.config.beam_size,
-            max_length=len(self._prompt) + max_new,
+            max_length=len(prompt) + max_new,
             suppress_blank=True,
             suppress_tokens=self._suppressed,
         )

@@ -114,8 +114,8 @@ class EnergyVoiceDetector(VoiceActivityDetector):
 class ToneTranscriber:
     """Reads the question number back from its tone's frequency."""
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> str:
-        """``retry_runaway``: as :meth:`handlers.stt.SpeechToText.transcribe` (a tone never runs away)."""
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
+        """``over_answer``: as :meth:`handlers.stt.SpeechToText.transcribe` (a tone is no hum)."""
         loud = np.flatnonzero(np.abs(audio) > ENERGY_THRESHOLD)
         if loud.size == 0 or loud[-1] - loud[0] < SPEECH_RATE // 10:
             return ""

@@ -6,9 +6,10 @@ clean and band-limited to a phone line with hiss. Each rendering goes through si
 microphone pace, and its words are looked at when the interruption gate looks at them: once
 the speech has lasted the first-look duration (``--first-look-ms``, the gate's
 ``min_duration_ms``), again every ``RECHECK_MS`` (``--recheck-ms``) while they are only
-backchannels, and at its end; each look transcribes the utterance so far with ``cluster/local.yaml``'s STT settings
-as the gate asks (a runaway decode kept) and applies ``holds_a_real_word``. A look at a
-prefix hears other words than one at the whole: "Mm hmm." cut short is "in them".
+backchannels, and at its end; each look transcribes the utterance so far with
+``cluster/local.yaml``'s STT settings as the gate asks (``over_answer``: after the hums
+prompt, ``--over-answer-prompt``) and applies ``holds_a_real_word``. A look at a prefix
+hears other words than one at the whole: "Mm hmm." cut short is "in them".
 
 It prints one JSON object: per first-look duration and phrase, how many renderings were
 taken for an interruption, and for real interruptions where the deciding look was (ms of
@@ -26,7 +27,7 @@ import numpy as np
 
 from deployments.realtime.interruptions import RECHECK_MS, holds_a_real_word
 from handlers.audio import SPEECH_RATE, resample
-from handlers.stt import SpeechToText, STTConfig
+from handlers.stt import HUMS, SpeechToText, STTConfig
 from handlers.tts import TextToSpeech
 from handlers.utterance import VADSession
 from handlers.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector, ms_to_samples, samples_to_ms
@@ -81,7 +82,7 @@ class Gate:
 
     def _words(self, audio: np.ndarray, heard: list[str]) -> bool:
         started = time.perf_counter()
-        heard.append(self._stt.transcribe(audio, retry_runaway=False))
+        heard.append(self._stt.transcribe(audio, over_answer=True))
         self.stt_ms.append((time.perf_counter() - started) * 1000)
         return holds_a_real_word(heard[-1])
 
@@ -132,9 +133,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--first-look-ms", type=int, nargs="+", default=[150, 300])
     parser.add_argument("--recheck-ms", type=int, default=RECHECK_MS, help="what if the gate looked again this often")
+    parser.add_argument("--over-answer-prompt", default=HUMS, help="Whisper's previous text for a look ('': none)")
     args = parser.parse_args()
     tts = TextToSpeech()
-    stt = SpeechToText(STTConfig(beam_size=1, cpu_threads=2, context_padding_s=3.0))
+    settings = STTConfig(beam_size=1, cpu_threads=2, context_padding_s=3.0, over_answer_prompt=args.over_answer_prompt)
+    stt = SpeechToText(settings)
     gate = Gate(stt, VoiceActivityDetector(), args.recheck_ms)
     rng = np.random.default_rng(args.seed)
     report = {ms: {said: Phrase(kind) for kind, said in phrases()} for ms in args.first_look_ms}

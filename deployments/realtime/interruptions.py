@@ -180,7 +180,7 @@ class InterruptionGate:
 
     async def _words_decide(self, candidate: _Candidate, audio: np.ndarray, heard: int | None) -> None:
         try:
-            real = holds_a_real_word(await self._stages.transcribe(audio, retry_runaway=False))
+            real = holds_a_real_word(await self._stages.transcribe(audio, over_answer=True))
         except StageFailure as failure:  # never miss a real interruption for want of words
             logger.warning("an interruption's words are unknown (%s): taken as real", failure.message)
             real = True

@@ -40,8 +40,8 @@ class ServeStages:
             return EveryPauseEnds()
         return self.turn_end.probability_complete.remote(utterance)
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> StageCall[str]:
-        return self.stt.transcribe.remote(audio, retry_runaway)
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
+        return self.stt.transcribe.remote(audio, over_answer)
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return self.llm.prefill.remote(messages)

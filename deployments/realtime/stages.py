@@ -48,8 +48,8 @@ class Stages(Protocol):
         """The probability that ``utterance`` ends its speaker's turn (Smart Turn)."""
         ...
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> StageCall[str]:
-        """The words of ``audio``; ``retry_runaway=False``: a runaway decode's words as they
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
+        """The words of ``audio``; ``over_answer=True``: a runaway decode's words as they
         are, for a quick decision (``handlers.stt.SpeechToText.transcribe``)."""
         ...
 
@@ -84,8 +84,8 @@ class BoundedStages:
     def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
         return _BoundedCall(self.stages.end_of_turn(utterance), "turn_end", self.timeout_s)
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> StageCall[str]:
-        return _BoundedCall(self.stages.transcribe(audio, retry_runaway), "stt", self.timeout_s)
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
+        return _BoundedCall(self.stages.transcribe(audio, over_answer), "stt", self.timeout_s)
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return _bounded(self.stages.prefill(messages), "llm", self.timeout_s)

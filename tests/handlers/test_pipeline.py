@@ -8,6 +8,7 @@ import jiwer
 import numpy as np
 import pytest
 
+from deployments.realtime.interruptions import holds_a_real_word
 from deployments.realtime.turn_end import WORDS_END_ABOVE
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel, PromptTooLong
@@ -262,10 +263,39 @@ def test_a_runaway_decode_is_retried_for_a_transcript_and_kept_for_a_quick_decis
     retried: list[np.ndarray] = []
     full_window = stt._transcribe_full
     monkeypatch.setattr(stt, "_transcribe_full", lambda audio: retried.append(audio) or full_window(audio))
-    assert stt.transcribe(audio, retry_runaway=False).strip(), "the window's words"
+    assert stt.transcribe(audio, over_answer=True).strip(), "the window's words"
     assert not retried
     assert stt.transcribe(audio).strip()
     assert len(retried) == 1
+
+
+def steady_voice(tts: TextToSpeech, text: str) -> np.ndarray:
+    """Piper saying ``text`` without its random variation (noise scales 0), at 16 kHz: the
+    same audio on every run, so a test can hold on to what Whisper makes of it."""
+    from piper import SynthesisConfig
+
+    chunks = list(tts._voice.synthesize(text, SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)))
+    return resample(np.concatenate([c.audio_float_array for c in chunks]), chunks[0].sample_rate, SPEECH_RATE)
+
+
+@pytest.fixture(scope="module")
+def served_stt() -> SpeechToText:
+    """STT as ``cluster/local.yaml`` serves it (the utterance plus 3 s)."""
+    return SpeechToText(STTConfig(context_padding_s=3.0))
+
+
+@pytest.mark.parametrize(
+    ("said", "real"),
+    [("Mm-hmm.", False), ("Mhm.", False), ("Hmm.", False), ("Stop.", True), ("But why?", True), ("No.", True)],
+)
+def test_speech_over_an_answer_is_heard_as_the_hum_it_is(
+    tts: TextToSpeech, served_stt: SpeechToText, said: str, real: bool
+) -> None:
+    """Without the hums prompt tiny.en hears these hums as "in a month,", "and may" and
+    "time": real words, and the answer would be cut. With it, as hums, while real
+    interruptions keep their words."""
+    heard = served_stt.transcribe(steady_voice(tts, said), over_answer=True)
+    assert holds_a_real_word(heard) is real, f"{said!r} heard as {heard!r}"
 
 
 def test_stt_ignores_tiny_audio(stt: SpeechToText) -> None:

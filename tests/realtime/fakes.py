@@ -129,8 +129,8 @@ class FakeStages:
         self.transcript_of: Callable[[np.ndarray], str] | None = None
         """When set, the transcript of the audio given (else ``transcript``)."""
         self.stt_calls: list[FakeCall] = []
-        self.runaway_retried: list[bool] = []
-        """Per ``transcribe`` call, whether it asked for a runaway decode to be retried."""
+        self.over_answer_looks: list[bool] = []
+        """Per ``transcribe`` call, whether it was a look at speech over an answer."""
         self.llm_gate = Gate()
         self.session_llm_gates: dict[str, Gate] = {}
         """Gates for one session's LLM requests only, by scope session id."""
@@ -173,8 +173,8 @@ class FakeStages:
         self._changed.set()
         return call
 
-    def transcribe(self, audio: np.ndarray, retry_runaway: bool = True) -> FakeCall:
-        self.runaway_retried.append(retry_runaway)
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> FakeCall:
+        self.over_answer_looks.append(over_answer)
         if self.fail_transcribe is not None:
             raise self.fail_transcribe
         call = FakeCall(lambda: self._transcribed(audio), self.stt_gate)

@@ -127,7 +127,7 @@ async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_h
         first_turn = speech(1)
         append_audio(h.socket, first_turn)
         await h.socket.wait_type("response.output_audio.delta")
-        turn_calls = len(h.stages.runaway_retried)
+        turn_calls = len(h.stages.over_answer_looks)
         h.stages.stt_gate.close()  # the interruption's words are not in yet
         append_audio(h.socket, speech(QUESTION))
         await h.stages.until(lambda: len(h.stages.stt_calls) >= 2)
@@ -145,9 +145,9 @@ async def test_a_real_interruption_is_a_turn_from_its_onset_once_its_words_are_h
         assert second["response"]["status"] == "completed"
         ((confirmed, heard_s),) = decisions.decided
         assert confirmed and heard_s >= InterruptionRules().min_duration_ms / 1000, decisions.decided
-        look, *later = h.stages.runaway_retried[turn_calls:]
-        assert not look, "a quick look at the words"
-        assert all(h.stages.runaway_retried[:turn_calls] + later), "a turn's transcript retries a runaway"
+        look, *later = h.stages.over_answer_looks[turn_calls:]
+        assert look, "a look at words over the answer"
+        assert not any(h.stages.over_answer_looks[:turn_calls] + later), "a turn's transcript is a turn's"
 
 
 async def test_a_cough_during_an_answer_is_not_even_transcribed() -> None:
