@@ -6,7 +6,7 @@ Piper-spoken audio at microphone pace into Realtime sessions of the app served f
 - ``before``: ``server_vad`` as this server had it before interruptions were confirmed (and
   as OpenAI has it): every onset during an answer interrupts it (``min_duration_ms`` 0, no
   word check). ``semantic_vad`` was then this same 500 ms timer;
-- ``server_vad``: the server's defaults now (interruptions confirmed: 300 ms and words);
+- ``server_vad``: the server's defaults now (interruptions confirmed: 150 ms and words);
 - ``semantic_vad``: Smart Turn and the words (the LLM's ``message_ends``) at each 200 ms
   pause, with the same interruption rules.
 
