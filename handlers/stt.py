@@ -19,11 +19,11 @@ from handlers.audio import SPEECH_RATE
 
 HUMS = "Mm-hmm. Mhm. Hmm. Uh-huh."
 """Previous text for speech over an answer, where hums are likely
-(``STTConfig.over_answer_prompt``): tiny.en makes words of a hum ("in a month", "enough",
-"Imam") far less often after it. The gate's
-looks at Piper's hums took 71 of 180 backchannels for interruptions without it and 26 with
-it, missing none of 216 real interruptions (docs/bench/README.md, "Telling Whisper hums are
-likely"). A turn's transcript never gets it: it would bias real words towards hums."""
+(``STTConfig.over_answer_prompt``): after it tiny.en makes words of a hum ("in a month",
+"and may", "time") far less often. The gate's looks at Piper's hums took 71 of 180
+backchannels for interruptions without it and 26 with it, missing none of 216 real
+interruptions (docs/bench/README.md, "Telling Whisper hums are likely"). A turn's
+transcript never gets it: it would bias real words towards hums."""
 
 
 class STTConfig(BaseModel):

@@ -49,8 +49,8 @@ class Stages(Protocol):
         ...
 
     def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
-        """The words of ``audio``; ``over_answer=True``: a runaway decode's words as they
-        are, for a quick decision (``handlers.stt.SpeechToText.transcribe``)."""
+        """The words of ``audio``; ``over_answer=True``: speech heard over an answer, looked
+        at to tell a real interruption from a hum (``handlers.stt.SpeechToText.transcribe``)."""
         ...
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]: ...
