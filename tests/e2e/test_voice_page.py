@@ -202,9 +202,9 @@ async def test_speech_during_the_answer_stops_playback_at_once(
 
 BACKCHANNEL = "Yeah."
 """A word: tiny.en hears a hum as words too often for a test that must never flake. Piper's
-"Mm hmm." is taken for an interruption in 10-11 of 18 renderings as the gate looks at its
-words (a CI run failed so), and over WebRTC after Opus (docs/bench/README.md, "When the words
-are looked at"); the bench measures hums instead."""
+"Mm hmm." was taken for an interruption in 10-13 of 18 renderings as the gate looks at its
+words (a CI run failed so), and still in 5 of 18 after the hums prompt (docs/bench/README.md,
+"Telling Whisper hums are likely"); the bench and the load harness measure hums instead."""
 PLAYED_ON_MS = 1000
 """The answer sounded this long after the backchannel ended: it was playing over it and went on."""
 
