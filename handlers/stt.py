@@ -88,8 +88,8 @@ class SpeechToText:
         self._tokenizer = tokenizer
         self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
         previous = self.config.over_answer_prompt.strip()
-        self._over_answer_prompt = [tokenizer.sot_prev, *tokenizer.encode(" " + previous)] if previous else []
-        self._over_answer_prompt += self._prompt
+        hums = [tokenizer.sot_prev, *tokenizer.encode(" " + previous)] if previous else []
+        self._over_answer_prompt = hums + self._prompt
         self._suppressed = get_suppressed_tokens(tokenizer, (-1,))
 
     def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:

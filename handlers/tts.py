@@ -8,10 +8,15 @@ finishing the paragraph. Audio comes out as PCM16 at the configured output rate
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
 from pydantic import BaseModel
 
 from handlers.audio import REALTIME_RATE, float_to_pcm16, resample
+
+if TYPE_CHECKING:
+    from piper import SynthesisConfig
 
 
 class TTSConfig(BaseModel):
@@ -56,3 +61,9 @@ class TextToSpeech:
                 return
             samples = resample(chunk.audio_float_array, chunk.sample_rate, self.config.output_rate)
             yield SpeechAudio(float_to_pcm16(samples), self.config.output_rate)
+
+    def whole(self, text: str, rate: int, style: "SynthesisConfig") -> np.ndarray:
+        """All of ``text`` as float32 audio at ``rate``, with Piper's pace and variation set by
+        ``style``: for benches and tests that choose them (serving streams ``synthesize``)."""
+        chunks = list(self._voice.synthesize(text, style))
+        return resample(np.concatenate([c.audio_float_array for c in chunks]), chunks[0].sample_rate, rate)

@@ -53,8 +53,7 @@ def renderings(tts: TextToSpeech, text: str, rng: np.random.Generator) -> Iterat
     for pace in PACES:
         for noise in NOISE_SCALES:
             config = SynthesisConfig(length_scale=pace, noise_scale=noise)
-            chunks = list(tts._voice.synthesize(text, config))
-            speech = resample(np.concatenate([c.audio_float_array for c in chunks]), chunks[0].sample_rate, SPEECH_RATE)
+            speech = tts.whole(text, SPEECH_RATE, config)
             yield speech
             phone = resample(resample(speech, SPEECH_RATE, PHONE_RATE), PHONE_RATE, SPEECH_RATE)
             phone = np.pad(phone, (0, max(0, speech.size - phone.size)))[: speech.size]

@@ -274,8 +274,7 @@ def steady_voice(tts: TextToSpeech, text: str) -> np.ndarray:
     same audio on every run, so a test can hold on to what Whisper makes of it."""
     from piper import SynthesisConfig
 
-    chunks = list(tts._voice.synthesize(text, SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)))
-    return resample(np.concatenate([c.audio_float_array for c in chunks]), chunks[0].sample_rate, SPEECH_RATE)
+    return tts.whole(text, SPEECH_RATE, SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0))
 
 
 @pytest.fixture(scope="module")
