@@ -1,38 +1,53 @@
-"""This application's Serve status: its state alone for the ingress's shutdown watch, the
-whole status, cached, for ``/stats``."""
+"""This application's Serve status: its state alone for the ingress's shutdown watch, its
+running replicas per deployment, cached, for ``/stats``."""
 
 import asyncio
 
 from ray import serve
 from ray.serve.context import _get_global_client
-from ray.serve.schema import ApplicationStatus, ApplicationStatusOverview
+from ray.serve.schema import ApplicationStatus, ReplicaState
 
 from cancel import spawn_detached
 
 
-class AppStatus:
-    """This application's Serve status, fetched at most once per ``max_age_s``.
-
-    A ``serve.status()`` call costs 20-100 ms of CPU (it rebuilds every deployment's
-    config), so ``/stats`` callers share one cached answer instead of paying per call.
+class RunningReplicas:
+    """This application's running replicas per deployment, fetched at most once per
+    ``max_age_s``: ``/stats`` callers share one answer instead of asking the controller each.
     """
 
     def __init__(self, max_age_s: float) -> None:
         self._max_age_s = max_age_s
         self._fetched_at = -max_age_s
-        self._fetching: asyncio.Future[ApplicationStatusOverview | None] | None = None
+        self._fetching: asyncio.Future[dict[str, int]] | None = None
 
-    async def get(self) -> "ApplicationStatusOverview | None":
+    async def get(self) -> dict[str, int]:
         now = asyncio.get_running_loop().time()
         if self._fetching is None or (self._fetching.done() and now - self._fetched_at >= self._max_age_s):
             self._fetched_at = now
             # Shared by every caller, so owned by none: a cancelled request must not fail it.
-            self._fetching = spawn_detached(asyncio.to_thread(fetch_app_status))
+            self._fetching = spawn_detached(asyncio.to_thread(fetch_running_replicas))
         return await asyncio.shield(self._fetching)
 
 
-def fetch_app_status() -> "ApplicationStatusOverview | None":
-    return serve.status().applications.get(serve.get_replica_context().app_name)
+def fetch_running_replicas() -> dict[str, int]:
+    """Running replicas per deployment of this application, read from the controller's
+    details as it sends them (the schema of Serve's REST API, ``ServeInstanceDetails``).
+
+    Not ``serve.status()``: it parses those details into pydantic models, which rebuilds and
+    cloudpickles every deployment's config, 25 ms of CPU against 1.3 ms for the dict (measured
+    here beside a 300-session load). At 300 sessions, with a load test's sampler asking
+    ``/stats`` every 2 s, that was ~6 % of a loaded ingress replica's samples, each a GIL-holding
+    stall of its event loop.
+    """
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is None:
+        return {}
+    app = client.get_serve_details().get("applications", {}).get(serve.get_replica_context().app_name)
+    deployments = app["deployments"] if app else {}
+    return {
+        name: sum(replica["state"] == ReplicaState.RUNNING for replica in deployment["replicas"])
+        for name, deployment in deployments.items()
+    }
 
 
 def app_going_away() -> bool:

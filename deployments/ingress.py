@@ -18,11 +18,10 @@ from fastapi.responses import JSONResponse, Response
 from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
-from ray.serve.schema import ReplicaState
 
 from cancel import spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
-from deployments.app_status import AppStatus, app_going_away
+from deployments.app_status import RunningReplicas, app_going_away
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -97,7 +96,7 @@ class RealtimeIngress:
         self._admitted = 0
         """Sessions counted against the cap: from admission (before any await) to the end."""
         self._metrics = IngressMetrics()
-        self._app_status = AppStatus(config.shutdown_poll_s)
+        self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
@@ -148,9 +147,7 @@ class RealtimeIngress:
         """For load tests and dashboards: this replica's sessions, the application's running
         replicas per deployment (as of up to ``shutdown_poll_s`` ago), where Ray exports the
         Prometheus metrics, and what calls to the models go over (``grpc`` or ``ray``)."""
-        app = await self._app_status.get()
-        deployments = app.deployments if app else {}
-        replicas = {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
+        replicas = await self._running_replicas.get()
         metrics_urls = await asyncio.to_thread(_metrics_urls)
         body = {"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls}
         return JSONResponse(body | {"calls_over": transport_of(self._stages.tts)})

@@ -79,6 +79,13 @@ async def test_ctrl_c_closes_sessions_then_ends_every_process_within_15_s(
             # Behind HAProxy, Ray's high-throughput mode: calls to the models over gRPC.
             stats = await asyncio.to_thread(get_json, f"http://127.0.0.1:{port}/stats")
             assert stats["calls_over"] == ("grpc" if data_path == "haproxy" else "ray")
+            # Read from the controller's details as they come (no pydantic rebuild per call).
+            assert {name: count for name, count in stats["replicas"].items() if name != "TTS"} == {
+                "RealtimeIngress": 1,
+                "STT": 1,
+                "LLM": 1,
+            }
+            assert stats["replicas"]["TTS"] >= 1
             started = time.monotonic()
             if how == "ctrl-c":
                 os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
