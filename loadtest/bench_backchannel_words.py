@@ -31,7 +31,7 @@ from handlers.stt import HUMS, SpeechToText, STTConfig
 from handlers.tts import TextToSpeech
 from handlers.utterance import VADSession
 from handlers.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector, ms_to_samples, samples_to_ms
-from loadtest.bench_e2e import percentile
+from loadtest.bench_e2e import percentiles
 
 BACKCHANNELS = ["Mm-hmm.", "Mm hmm.", "Mmm hmm.", "Mhm.", "Hmm.", "Uh-huh.", "Yeah.", "Right.", "Okay.", "I see."]
 INTERRUPTIONS = [
@@ -118,13 +118,6 @@ class Phrase:
     """Renderings the gate took for an interruption."""
     decided_at_ms: list[float] = field(default_factory=list)
     heard: set[str] = field(default_factory=set)
-
-
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    """p50, p90 and max (``None`` where there are no values: JSON has no NaN)."""
-    if not values:
-        return dict.fromkeys(("p50", "p90", "max"))
-    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "max": max(values)}
 
 
 def main() -> None:

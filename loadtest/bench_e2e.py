@@ -56,6 +56,13 @@ def percentile(values: list[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 1) if values else float("nan")
 
 
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50, p90 and max (``None`` where there are no values: JSON has no NaN)."""
+    if not values:
+        return dict.fromkeys(("p50", "p90", "max"))
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "max": round(max(values), 1)}
+
+
 class Speaker:
     """Piper speech as 24 kHz PCM16, streamed at real-time pace like a microphone."""
 

@@ -48,6 +48,7 @@ from loadtest.bench_e2e import (
     QUESTIONS,
     Speaker,
     percentile,
+    percentiles,
     receive,
     start_local_app,
     wait_for,
@@ -176,28 +177,49 @@ async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker) -
     return {"said": len(BACKCHANNELS), "answers_lost": lost, "new_turns": new_turns}
 
 
-async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
-    missed, to_done, to_last_audio = 0, [], []
+async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, repeat: int = 1) -> dict[str, Any]:
+    """Each real interruption said ``repeat`` times, 1 s into a long answer. It is stopped
+    when ``speech_started`` comes (a WebSocket client stops its playback there: it has the
+    answer's audio ahead of real time); the answer's ``response.done`` is ``cancelled`` too
+    if it was still being sent, and came before the speech if it had all been sent."""
+    missed, to_stop, to_done, to_last_audio, sent_whole = 0, [], [], [], 0
     for said in INTERRUPTIONS:
+        speaker.speech(said)  # synthesised now, not in a round
+    for said in INTERRUPTIONS * repeat:
         async with new_round(url, mode) as round_:
             answer = await round_.answer_playing(speaker)
             onset, _ = await round_.send(speaker.speech(said) + silence(OBSERVE_S))
+            started = [s for s, e in round_.log if e.type == "input_audio_buffer.speech_started" and s >= onset]
+            stop = started[0] if started else None
             done = next(((s, e) for s, e in round_.log if e.type == "response.done" and e.response.id == answer), None)
             old_audio = [
                 s for s, e in round_.log if e.type == "response.output_audio.delta" and e.response_id == answer
             ]
-        if done is None or done[1].response.status != "cancelled":
+        status = None if done is None else done[1].response.status
+        sent_before = status == "completed" and stop is not None and done is not None and done[0] <= stop
+        if stop is None or not (sent_before or status == "cancelled"):
             missed += 1
-            print(f"  interruption '{said}': missed", flush=True)
+            heard = "no speech_started" if stop is None else f"speech_started {(stop - onset) * 1000:.0f} ms"
+            answer_end = (
+                "no response.done" if done is None else f"{done[1].response.status} {(done[0] - onset) * 1000:.0f} ms"
+            )
+            print(f"  interruption '{said}': missed ({heard}; the answer: {answer_end})", flush=True)
             continue
-        to_done.append((done[0] - onset) * 1000)
+        to_stop.append((stop - onset) * 1000)
         to_last_audio.append(max(0.0, (max(old_audio) - onset) * 1000))
-        print(f"  interruption '{said}': response.done {to_done[-1]:.0f} ms after the onset", flush=True)
+        if sent_before:
+            sent_whole += 1
+        else:
+            assert done is not None
+            to_done.append((done[0] - onset) * 1000)
+        how = "its audio all sent before" if sent_before else f"response.done {to_done[-1]:.0f} ms"
+        print(f"  interruption '{said}': speech_started {to_stop[-1]:.0f} ms after the onset ({how})", flush=True)
     return {
-        "said": len(INTERRUPTIONS),
+        "said": len(INTERRUPTIONS) * repeat,
         "missed": missed,
-        "onset_to_done_ms_p50": percentile(to_done, 50),
-        "onset_to_done_ms_max": round(max(to_done), 1) if to_done else None,
+        "onset_to_stop_ms": percentiles(to_stop),
+        "onset_to_done_ms": percentiles(to_done),
+        "answers_all_sent_before": sent_whole,
         "onset_to_last_audio_ms_p50": percentile(to_last_audio, 50),
     }
 
@@ -274,13 +296,17 @@ async def main() -> None:
     parser.add_argument("--config", type=Path, default=CONFIG, help="Serve config of the app to start")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    parser.add_argument("--repeat", type=int, default=1, help="say each real interruption this many times")
     args = parser.parse_args()
     url = args.url or start_local_app(args.config)
     speaker = Speaker()
     result: dict[str, Any] = {}
     for name in args.modes:
         print(f"{name}:", flush=True)
-        result[name] = {part: await PARTS[part](url, MODES[name], speaker) for part in args.parts}
+        result[name] = {}
+        for part in args.parts:
+            extra = {"repeat": args.repeat} if part == "interruptions" else {}
+            result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
         print(json.dumps({name: result[name]}), flush=True)
     print(json.dumps(result))
 
