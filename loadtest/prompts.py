@@ -80,6 +80,8 @@ class PromptSet:
         """Each question (same number and text) with a pause mid-sentence."""
         self.history_free = name == "tones"
         """Whether an answer is the same whatever came before it in the conversation."""
+        self.answers_alike = name == "tones"
+        """Whether every answer has the same length (the scripted ones do)."""
         self.prompts = prompts
         self._marks = marks
 
