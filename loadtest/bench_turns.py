@@ -183,8 +183,6 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
     answer's audio ahead of real time); the answer's ``response.done`` is ``cancelled`` too
     if it was still being sent, and came before the speech if it had all been sent."""
     missed, to_stop, to_done, to_last_audio, sent_whole = 0, [], [], [], 0
-    for said in INTERRUPTIONS:
-        speaker.speech(said)  # synthesised now, not in a round
     for said in INTERRUPTIONS * repeat:
         async with new_round(url, mode) as round_:
             answer = await round_.answer_playing(speaker)
@@ -200,9 +198,7 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
         if stop is None or not (sent_before or status == "cancelled"):
             missed += 1
             heard = "no speech_started" if stop is None else f"speech_started {(stop - onset) * 1000:.0f} ms"
-            answer_end = (
-                "no response.done" if done is None else f"{done[1].response.status} {(done[0] - onset) * 1000:.0f} ms"
-            )
+            answer_end = "no response.done" if done is None else f"{status} {(done[0] - onset) * 1000:.0f} ms"
             print(f"  interruption '{said}': missed ({heard}; the answer: {answer_end})", flush=True)
             continue
         to_stop.append((stop - onset) * 1000)
@@ -300,6 +296,8 @@ async def main() -> None:
     args = parser.parse_args()
     url = args.url or start_local_app(args.config)
     speaker = Speaker()
+    for said in (*INTERRUPTIONS, *filter(None, BACKCHANNELS)):
+        speaker.speech(said)  # now, not on the client's loop while an answer streams in (it stalled the sending)
     result: dict[str, Any] = {}
     for name in args.modes:
         print(f"{name}:", flush=True)
