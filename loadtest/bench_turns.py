@@ -19,7 +19,9 @@ Per mode:
   ``answers_lost`` counts the answers cancelled, ``new_turns`` the turns it started;
 - ``interruptions``: during a long answer, a real one; ``missed`` counts those that did not
   cancel it; ``onset_to_done_ms``: from the first voiced frame sent to the cancelled
-  ``response.done``; ``onset_to_last_audio_ms``: to the answer's last audio delta received;
+  ``response.done``; ``onset_to_silence_ms``: to the moment a client that plays the audio as
+  it comes, and stops at ``speech_started``, falls silent (a paced answer's send pauses at
+  the candidate, so the client runs out of audio within the lead);
 - ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer;
 - ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
   plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
@@ -59,6 +61,7 @@ from loadtest.webrtc_call import Call
 MODES: dict[str, dict[str, Any]] = {
     "before": {"type": "server_vad", "interruption": {"min_duration_ms": 0, "ignore_backchannels": False}},
     "server_vad": {"type": "server_vad"},
+    "server_vad_unpaced": {"type": "server_vad", "interruption": {"audio_lead_ms": None}},
     "semantic_vad": {"type": "semantic_vad"},
 }
 PAUSED = [
@@ -182,7 +185,7 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
     when ``speech_started`` comes (a WebSocket client stops its playback there: it has the
     answer's audio ahead of real time); the answer's ``response.done`` is ``cancelled`` too
     if it was still being sent, and came before the speech if it had all been sent."""
-    missed, to_stop, to_done, to_last_audio, sent_whole = 0, [], [], [], 0
+    missed, to_stop, to_done, to_silence, sent_whole = 0, [], [], [], 0
     for said in INTERRUPTIONS * repeat:
         async with new_round(url, mode) as round_:
             answer = await round_.answer_playing(speaker)
@@ -191,7 +194,9 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
             stop = started[0] if started else None
             done = next(((s, e) for s, e in round_.log if e.type == "response.done" and e.response.id == answer), None)
             old_audio = [
-                s for s, e in round_.log if e.type == "response.output_audio.delta" and e.response_id == answer
+                (s, len(base64.b64decode(e.delta)) / (2 * REALTIME_RATE))
+                for s, e in round_.log
+                if e.type == "response.output_audio.delta" and e.response_id == answer
             ]
         status = None if done is None else done[1].response.status
         sent_before = status == "completed" and stop is not None and done is not None and done[0] <= stop
@@ -202,22 +207,39 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
             print(f"  interruption '{said}': missed ({heard}; the answer: {answer_end})", flush=True)
             continue
         to_stop.append((stop - onset) * 1000)
-        to_last_audio.append(max(0.0, (max(old_audio) - onset) * 1000))
+        to_silence.append((falls_silent(old_audio, onset, stop) - onset) * 1000)
         if sent_before:
             sent_whole += 1
         else:
             assert done is not None
             to_done.append((done[0] - onset) * 1000)
         how = "its audio all sent before" if sent_before else f"response.done {to_done[-1]:.0f} ms"
-        print(f"  interruption '{said}': speech_started {to_stop[-1]:.0f} ms after the onset ({how})", flush=True)
+        print(
+            f"  interruption '{said}': silent {to_silence[-1]:.0f} ms, speech_started {to_stop[-1]:.0f} ms after the"
+            f" onset ({how})",
+            flush=True,
+        )
     return {
         "said": len(INTERRUPTIONS) * repeat,
         "missed": missed,
         "onset_to_stop_ms": percentiles(to_stop),
         "onset_to_done_ms": percentiles(to_done),
         "answers_all_sent_before": sent_whole,
-        "onset_to_last_audio_ms_p50": percentile(to_last_audio, 50),
+        "onset_to_silence_ms": percentiles(to_silence),
     }
+
+
+def falls_silent(audio: list[tuple[float, float]], onset: float, stop: float) -> float:
+    """When a client that plays the answer's ``audio`` ((arrival, seconds) per delta) as it
+    comes, and stops at ``stop``, is first silent from ``onset`` on."""
+    plays_until = 0.0
+    for arrival, seconds in audio:
+        if plays_until < arrival and plays_until >= onset:
+            return min(plays_until, stop)  # it ran out of audio before this delta came
+        if plays_until < onset < arrival:
+            return onset  # silent already
+        plays_until = max(plays_until, arrival) + seconds
+    return min(max(plays_until, onset), stop)
 
 
 async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:

@@ -81,6 +81,9 @@ class SpokenAnswer:
         self._stages, self._ticket, self._playback = stages, ticket, playback
         self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
+        self.unsent_ms = 0.0
+        """Audio of this answer given to the outbox (queued or held) and not yet sent."""
+        self._unsent = lambda: self.unsent_ms
 
     def cut(self, delta: str) -> Iterable[str]:
         return self._chunker.feed(delta)
@@ -103,9 +106,10 @@ class SpokenAnswer:
             for offset in range(0, len(pcm), self._frame_bytes):
                 await self._outbox.room(run.id)
                 frame = pcm[offset : offset + self._frame_bytes]
-                self._events.audio_delta(
-                    base64.b64encode(frame).decode("ascii"), _AudioSent(answer, len(frame), self._playback)
-                )
+                sent = _AudioSent(self, answer, len(frame), self._playback)
+                self.unsent_ms += sent.ms
+                await self._playback.room(self._unsent)
+                self._events.audio_delta(base64.b64encode(frame).decode("ascii"), sent)
                 run.timeline.mark("first_audio")
         run.streams.discard(tts)
 
@@ -114,14 +118,15 @@ class _AudioSent:
     """Counts one frame as sent, and heard from now (a callable object: cheaper than a
     closure per frame)."""
 
-    __slots__ = ("_answer", "_ms", "_playback")
+    __slots__ = ("_sink", "_answer", "ms", "_playback")
 
-    def __init__(self, answer: AssistantMessage, frame_bytes: int, playback: Playback) -> None:
-        self._answer, self._ms, self._playback = answer, audio_ms(frame_bytes), playback
+    def __init__(self, sink: SpokenAnswer, answer: AssistantMessage, frame_bytes: int, playback: Playback) -> None:
+        self._sink, self._answer, self.ms, self._playback = sink, answer, audio_ms(frame_bytes), playback
 
     def __call__(self) -> None:
-        self._answer.audio_ms += self._ms
-        self._playback.sent(self._ms)
+        self._sink.unsent_ms -= self.ms
+        self._answer.audio_ms += self.ms
+        self._playback.sent(self.ms)
 
 
 def answer_sink(

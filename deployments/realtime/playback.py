@@ -1,30 +1,51 @@
-"""What the listener hears of the answers, as far as the server can tell.
+"""What the listener hears of the answers, as far as the server can tell, and how far ahead
+of it the answer's audio may be sent.
 
 Interruption rules (``interruptions``) apply only while an answer is heard, so the session
 keeps a listener's clock: every audio frame sent is heard after those before it, from the
 moment it went out (a WebSocket client plays as audio arrives; a WebRTC track is paced in
 real time by the server, so the same clock holds). An answer whose audio has begun is heard
 until its ``response.done`` went out and the clock ran out: a silence between its sentences
-(a slow TTS) is part of it, and a "mm-hmm" there is a backchannel too. Where the server plays the
-audio itself (WebRTC) it can also pause it while it decides whether a sound interrupts.
+(a slow TTS) is part of it, and a "mm-hmm" there is a backchannel too.
+
+While the rules decide whether a sound interrupts, the answer pauses. Where the server plays
+the audio (WebRTC) it pauses its track. Where the client plays what it is sent (a
+WebSocket), the answer's audio is sent at most ``lead_ms`` ahead of the listener's clock
+(:meth:`Playback.room`), so stopping the send pauses the client once it has played that
+lead: the sound stops within it, and nothing is dropped. With no lead the audio goes out as
+fast as it is made (OpenAI's way), and a WebSocket client hears the answer until it is told
+to stop (``speech_started``).
 """
 
+import asyncio
 import time
 from collections.abc import Callable
 
 HEARD_MARGIN_S = 0.25
 """A frame is still heard this long after the clock says it ended: a client's jitter
 buffer and its audio device play a little behind what arrived."""
+MIN_WAIT_MS = 10.0
+"""The shortest wait for room: a held answer's audio (speculation) waits for its release
+without waking more often than this."""
 
 
 class Playback:
-    def __init__(self, pause_output: Callable[[bool], bool], clock: Callable[[], float] = time.monotonic) -> None:
-        """``pause_output(paused)``: pause or resume the server's playback; ``False`` when
-        the client plays the audio itself (a WebSocket), so nothing pauses."""
-        self._pause_output = pause_output
+    def __init__(
+        self,
+        server_playback: Callable[[bool], None] | None,
+        lead_ms: Callable[[], int | None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``server_playback(paused)``: pauses or resumes the server's own playback;
+        ``None`` where the client plays the audio, which is then paced by ``lead_ms()``
+        (``None``: not paced)."""
+        self._server_playback = server_playback
+        self._lead_ms = lead_ms
         self._clock = clock
         self._heard_until = 0.0
         self._paused_at: float | None = None
+        self._resumed = asyncio.Event()
+        self._resumed.set()
         self._answering = False
 
     def sent(self, ms: float) -> None:
@@ -48,15 +69,40 @@ class Playback:
         server's own playback is cleared by the events that say so, not here."""
         self._heard_until = 0.0
         self._paused_at = None
+        self._resumed.set()
         self._answering = False
 
     def pause(self) -> None:
-        if self._paused_at is None and self._pause_output(True):
-            self._paused_at = self._clock()
+        if self._paused_at is not None:
+            return
+        if self._server_playback is not None:
+            self._server_playback(True)
+        elif self._lead_ms() is None:
+            return  # sent as made: the client has it all, nothing can pause
+        self._paused_at = self._clock()
+        self._resumed.clear()
 
     def resume(self) -> None:
-        """Playback goes on where it paused; what was left takes as much longer to play."""
-        if self._paused_at is not None:
+        """Playback goes on where it paused. The server's own playback stood still, so what
+        was left takes as much longer to play; a paced client played on through its lead."""
+        if self._paused_at is None:
+            return
+        if self._server_playback is not None:
             self._heard_until += self._clock() - self._paused_at
-            self._paused_at = None
-            self._pause_output(False)
+            self._server_playback(False)
+        self._paused_at = None
+        self._resumed.set()
+
+    async def room(self, unsent_ms: Callable[[], float]) -> None:
+        """Wait until the answer's next frame may go out: at once unless the client plays
+        the audio and it is paced; then never while paused, and only once what the client
+        has yet to play plus ``unsent_ms()`` (the answer's audio queued or held, this frame
+        included) is within the lead."""
+        while self._server_playback is None and (lead_ms := self._lead_ms()) is not None:
+            if self._paused_at is not None:
+                await self._resumed.wait()
+                continue
+            ahead_ms = max(self._heard_until - self._clock(), 0.0) * 1000 + unsent_ms()
+            if ahead_ms <= lead_ms:
+                return
+            await asyncio.sleep(max(ahead_ms - lead_ms, MIN_WAIT_MS) / 1000)

@@ -100,7 +100,7 @@ class RealtimeSession:
             default_interruption=config.interruption,
             interruption=config.interruption,
         )
-        self._playback = Playback(transport.pause_playback)
+        self._playback = Playback(transport.server_playback, lambda: self._settings.interruption.audio_lead_ms)
         self._outbox = Outbox(transport.send, config.outgoing_events, metrics.sent, metrics.dropped)
         self._conversation = Conversation(config.history_items)
         self._guard = InputGuard(config.limits)

@@ -6,6 +6,7 @@ WebSocket (a WebRTC data channel can be another). A client that has gone is
 """
 
 import contextlib
+from collections.abc import Callable
 from typing import Protocol
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -29,13 +30,14 @@ class Transport(Protocol):
         """Close with ``code`` (RFC 6455); nothing happens if it is closed already."""
         ...
 
-    def pause_playback(self, paused: bool) -> bool:
-        """Pause (or resume) the answer's playback where the server plays it; ``False``
-        where the client plays the audio itself, so nothing can pause."""
-        ...
+    server_playback: Callable[[bool], None] | None
+    """Pauses (``True``) or resumes the answer's playback where the server plays it
+    (WebRTC); ``None`` where the client plays what it is sent (a WebSocket)."""
 
 
 class WebSocketTransport:
+    server_playback: Callable[[bool], None] | None = None  # the client plays what it was sent
+
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
 
@@ -62,6 +64,3 @@ class WebSocketTransport:
     async def close(self, code: int, reason: str) -> None:
         with contextlib.suppress(RuntimeError):  # already closed by the client
             await self._ws.close(code=code, reason=reason)
-
-    def pause_playback(self, paused: bool) -> bool:
-        return False  # the client plays what it was sent

@@ -154,6 +154,7 @@ class WebRTCTransport:
         self._unsent: list[str] = []
         """Server events from before the data channel opened (``session.created``)."""
         self.answer = AnswerTrack(self._send_event)
+        self.server_playback: Callable[[bool], None] | None = self._pause_answer
         self._tasks: set[asyncio.Task[None]] = set()
         peer.on("datachannel", self._on_channel)
         peer.on("track", self._on_track)
@@ -197,9 +198,8 @@ class WebRTCTransport:
             else:
                 self.answer.finish(done["id"])
 
-    def pause_playback(self, paused: bool) -> bool:
+    def _pause_answer(self, paused: bool) -> None:
         self.answer.paused = paused
-        return True
 
     async def close(self, code: int, reason: str) -> None:
         self._incoming.put_nowait(None)

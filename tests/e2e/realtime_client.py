@@ -3,6 +3,7 @@
 import asyncio
 import base64
 import json
+import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -41,17 +42,19 @@ class Client:
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.events: list[Any] = []
-        self._received: asyncio.Queue[Any] = asyncio.Queue()
+        self.received_at: list[float] = []
+        """When each of ``events`` came off the socket (``time.monotonic``)."""
+        self._received: asyncio.Queue[tuple[float, Any]] = asyncio.Queue()
         self._reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
         try:
             async for event in self.connection:
-                self._received.put_nowait(event)
+                self._received.put_nowait((time.monotonic(), event))
         except Exception as error:  # handed to whoever waits for the next event
-            self._received.put_nowait(Closed(error))
+            self._received.put_nowait((time.monotonic(), Closed(error)))
         else:
-            self._received.put_nowait(Closed())
+            self._received.put_nowait((time.monotonic(), Closed()))
 
     async def close(self) -> None:
         self._reader.cancel()
@@ -68,11 +71,14 @@ class Client:
     async def until(self, done: Callable[[Any], bool], timeout_s: float = EVENT_TIMEOUT_S) -> Any:
         """Receive events until ``done(event)``; return that event."""
         async with asyncio.timeout(timeout_s):
-            while not isinstance(event := await self._received.get(), Closed):
+            while not isinstance((received := await self._received.get())[1], Closed):
+                at, event = received
                 self.events.append(event)
+                self.received_at.append(at)
                 if done(event):
                     return event
-        self._received.put_nowait(event)  # every later wait sees the end too
+        self._received.put_nowait(received)  # every later wait sees the end too
+        event = received[1]
         if event.error is not None:
             raise event.error
         raise AssertionError("connection closed before the expected event")

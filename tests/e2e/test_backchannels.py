@@ -1,17 +1,38 @@
 """Interruptions that are real, with the real models (``deployments.realtime.interruptions``):
 a backchannel spoken over an answer is no turn, and the question after it is one, from its
 own onset. Turns are taken in order, so the question's ``speech_started`` proves the
-backchannel before it was decided."""
+backchannel before it was decided. The session asks for its answer's audio paced (the
+server's default, which the test app turns off), so a candidate pauses it."""
 
-from realtime_client import LONG_QUESTION, assert_heard
+import base64
+
+from realtime_client import LONG_QUESTION, Client, assert_heard
 
 from handlers.audio import REALTIME_RATE
 
 FOLLOW_UP = "What is the capital of France?"
+LEAD_MS = 200
+LATENCY_MS = 150
+"""What the client's own reading may add to the lead (a loaded 2-core machine)."""
 
 
 def seconds(pcm: bytes) -> float:
     return len(pcm) / (2 * REALTIME_RATE)
+
+
+def most_ahead_ms(client: Client, response_id: str) -> float:
+    """How far the answer's audio was ever ahead of a client playing it from its first
+    delta on (an answer sent as made is seconds ahead)."""
+    deltas = [
+        (event, at)
+        for event, at in zip(client.events, client.received_at, strict=True)
+        if event.type == "response.output_audio.delta" and event.response_id == response_id
+    ]
+    first_at, received_ms, ahead = deltas[0][1], 0.0, 0.0
+    for event, at in deltas:
+        received_ms += 1000 * seconds(base64.b64decode(event.delta))
+        ahead = max(ahead, received_ms - 1000 * (at - first_at))
+    return ahead
 
 
 async def test_a_backchannel_over_the_answer_is_no_turn_and_the_next_question_is(connect, pcm24k) -> None:
@@ -19,6 +40,12 @@ async def test_a_backchannel_over_the_answer_is_no_turn_and_the_next_question_is
     backchannel = pcm24k("Yeah, right.", silence_s=0.5)
     follow_up = pcm24k(FOLLOW_UP)
     async with connect() as client:
+        paced = {"type": "server_vad", "interruption": {"audio_lead_ms": LEAD_MS}}
+        await client.connection.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": paced}}}
+        )
+        updated = await client.until(lambda e: e.type == "session.updated")
+        assert updated.session.audio.input.turn_detection.interruption["audio_lead_ms"] == LEAD_MS
         await client.send_audio(question)
         await client.until(lambda e: e.type == "response.output_audio.delta")
         await client.send_audio(backchannel + follow_up, realtime=True)
@@ -33,3 +60,6 @@ async def test_a_backchannel_over_the_answer_is_no_turn_and_the_next_question_is
     assert abs(second.audio_start_ms / 1000 - follow_up_onset_s) < 0.4, "the follow-up's onset, not the yeah's"
     assert_heard(FOLLOW_UP, heard.transcript)
     assert len(client.of_type("input_audio_buffer.committed")) == 2, "no item for the backchannel"
+    answer = client.of_type("response.done")[0].response
+    assert answer.status == "cancelled", "the follow-up interrupted the answer"
+    assert most_ahead_ms(client, answer.id) <= LEAD_MS + LATENCY_MS, "paced: at most its lead ahead"

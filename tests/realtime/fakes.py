@@ -9,6 +9,7 @@ where each stage is when it acts.
 import asyncio
 import base64
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
@@ -19,6 +20,7 @@ from cancel import CancelScope, ScopeTicket
 from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import WebSocketTransport
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
@@ -239,6 +241,8 @@ class FakeSocket:
     def __init__(self) -> None:
         self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.sent: list[dict[str, Any]] = []
+        self.sent_at: list[float] = []
+        """When each of ``sent`` went out (``time.monotonic``)."""
         self.send_gate = Gate()
         self.closed: tuple[int, str] | None = None
         self.client_state = self.application_state = "connected"
@@ -250,6 +254,7 @@ class FakeSocket:
     async def send_text(self, text: str) -> None:
         await self.send_gate.passage()
         self.sent.append(json.loads(text))
+        self.sent_at.append(time.monotonic())
         self._arrived.set()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
@@ -313,6 +318,9 @@ class Harness:
         self.stages = stages or FakeStages()
         self.socket = FakeSocket()
         self.scope = FakeScope(name)
+        # Fake answers are seconds of audio: sent as made (not paced in real time) unless a
+        # test says otherwise; pacing has tests of its own (test_pacing.py).
+        config.setdefault("interruption", InterruptionRules(audio_lead_ms=None))
         self.config = IngressConfig(**config)
         self.session = RealtimeSession(
             WebSocketTransport(self.socket),  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ class Rig:
         )
         self.conversation = Conversation(100)
         self.scope = FakeScope("rig")
-        self.playback = Playback(lambda paused: False)
+        self.playback = Playback(None)
         self.responder = Responder(
             stages=self.stages,
             scope=self.scope,

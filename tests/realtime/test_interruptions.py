@@ -186,7 +186,8 @@ async def test_a_session_may_ask_for_every_onset_to_interrupt_at_once() -> None:
             type="session.update", session={"type": "realtime", "audio": {"input": {"turn_detection": turn_detection}}}
         )
         updated = await h.socket.wait_type("session.updated")
-        assert updated["session"]["audio"]["input"]["turn_detection"]["interruption"] == immediate
+        served = updated["session"]["audio"]["input"]["turn_detection"]["interruption"]
+        assert served == h.config.interruption.model_dump() | immediate
         append_audio(h.socket, speech(1))
         await h.socket.wait_type("response.output_audio.delta")
         h.stages.stt_gate.close()
@@ -215,7 +216,7 @@ async def test_bad_interruption_rules_are_refused_and_change_nothing(interruptio
         h.socket.client_sends(type="session.update", session={"type": "realtime"})
         served = (await h.socket.wait_type("session.updated"))["session"]["audio"]["input"]["turn_detection"]
         assert served["silence_duration_ms"] == 500
-        assert served["interruption"] == InterruptionRules().model_dump()
+        assert served["interruption"] == h.config.interruption.model_dump()
 
 
 async def test_sessions_on_the_same_stages_each_keep_their_own_interruptions() -> None:
@@ -249,7 +250,7 @@ async def test_sessions_on_the_same_stages_each_keep_their_own_interruptions() -
 def test_the_listener_clock_counts_what_was_sent_and_shifts_by_a_pause() -> None:
     now = [100.0]
     paused: list[bool] = []
-    playback = Playback(lambda p: paused.append(p) or True, clock=lambda: now[0])
+    playback = Playback(paused.append, clock=lambda: now[0])
     assert not playback.playing()
     playback.sent(1000)
     playback.sent(1000)  # heard after the first
