@@ -19,9 +19,9 @@ Per mode:
   ``answers_lost`` counts the answers cancelled, ``new_turns`` the turns it started;
 - ``interruptions``: during a long answer, a real one; ``missed`` counts those that did not
   cancel it; ``onset_to_done_ms``: from the first voiced frame sent to the cancelled
-  ``response.done``; ``onset_to_silence_ms``: to the moment a client that plays the audio as
-  it comes, and stops at ``speech_started``, falls silent (a paced answer's send pauses at
-  the candidate, so the client runs out of audio within the lead);
+  ``response.done``; ``onset_to_last_heard_ms``: to the last sound of the answer for a
+  client that plays the audio as it comes and stops at ``speech_started`` (a paced answer's
+  send pauses at the candidate, so the client runs out of audio within the lead);
 - ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer;
 - ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
   plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
@@ -35,7 +35,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +112,11 @@ class Round:
     def count(self, kind: str, after: float = 0.0) -> int:
         return sum(1 for stamp, event in self.log if event.type == kind and stamp >= after)
 
-    async def answer_playing(self, speaker: Speaker) -> str:
-        """Ask the long question; return the answer's id once it has played for 1 s."""
+    async def answer_playing(self, speaker: Speaker, into_s: float) -> str:
+        """Ask the long question; return the answer's id once it has played ``into_s``."""
         await self.send(speaker.speech(LONG_QUESTION) + silence(1.0))
         at, first = await wait_for(self.log, lambda e: e.type == "response.output_audio.delta", timeout_s=90)
-        await asyncio.sleep(max(0.0, at + 1.0 - time.perf_counter()))  # a listener 1 s into it
+        await asyncio.sleep(max(0.0, at + into_s - time.perf_counter()))  # a listener that far into it
         return str(first.response_id)
 
     def ended(self, response_id: str) -> Any:
@@ -166,11 +166,11 @@ async def bench_paused(url: str, mode: dict[str, Any], speaker: Speaker) -> dict
     return {"sentences": len(PAUSED), "cut_off": cut_off}
 
 
-async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker, into_s: float) -> dict[str, Any]:
     lost = new_turns = 0
     for said in BACKCHANNELS:
         async with new_round(url, mode) as round_:
-            answer = await round_.answer_playing(speaker)
+            answer = await round_.answer_playing(speaker, into_s)
             since = time.perf_counter()
             await round_.send((speaker.speech(said) if said else cough()) + silence(OBSERVE_S))
             done = round_.ended(answer)
@@ -180,15 +180,17 @@ async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker) -
     return {"said": len(BACKCHANNELS), "answers_lost": lost, "new_turns": new_turns}
 
 
-async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, repeat: int = 1) -> dict[str, Any]:
-    """Each real interruption said ``repeat`` times, 1 s into a long answer. It is stopped
+async def bench_interruptions(
+    url: str, mode: dict[str, Any], speaker: Speaker, into_s: float, repeat: int = 1
+) -> dict[str, Any]:
+    """Each real interruption said ``repeat`` times, ``into_s`` into a long answer. It is stopped
     when ``speech_started`` comes (a WebSocket client stops its playback there: it has the
     answer's audio ahead of real time); the answer's ``response.done`` is ``cancelled`` too
     if it was still being sent, and came before the speech if it had all been sent."""
-    missed, to_stop, to_done, to_silence, sent_whole = 0, [], [], [], 0
+    missed, to_stop, to_done, to_last_heard, sent_whole = 0, [], [], [], 0
     for said in INTERRUPTIONS * repeat:
         async with new_round(url, mode) as round_:
-            answer = await round_.answer_playing(speaker)
+            answer = await round_.answer_playing(speaker, into_s)
             onset, _ = await round_.send(speaker.speech(said) + silence(OBSERVE_S))
             started = [s for s, e in round_.log if e.type == "input_audio_buffer.speech_started" and s >= onset]
             stop = started[0] if started else None
@@ -207,7 +209,7 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
             print(f"  interruption '{said}': missed ({heard}; the answer: {answer_end})", flush=True)
             continue
         to_stop.append((stop - onset) * 1000)
-        to_silence.append((falls_silent(old_audio, onset, stop) - onset) * 1000)
+        to_last_heard.append((last_heard(old_audio, onset, stop) - onset) * 1000)
         if sent_before:
             sent_whole += 1
         else:
@@ -215,8 +217,8 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
             to_done.append((done[0] - onset) * 1000)
         how = "its audio all sent before" if sent_before else f"response.done {to_done[-1]:.0f} ms"
         print(
-            f"  interruption '{said}': silent {to_silence[-1]:.0f} ms, speech_started {to_stop[-1]:.0f} ms after the"
-            f" onset ({how})",
+            f"  interruption '{said}': last heard {to_last_heard[-1]:.0f} ms, speech_started"
+            f" {to_stop[-1]:.0f} ms after the onset ({how})",
             flush=True,
         )
     return {
@@ -225,21 +227,19 @@ async def bench_interruptions(url: str, mode: dict[str, Any], speaker: Speaker, 
         "onset_to_stop_ms": percentiles(to_stop),
         "onset_to_done_ms": percentiles(to_done),
         "answers_all_sent_before": sent_whole,
-        "onset_to_silence_ms": percentiles(to_silence),
+        "onset_to_last_heard_ms": percentiles(to_last_heard),
     }
 
 
-def falls_silent(audio: list[tuple[float, float]], onset: float, stop: float) -> float:
+def last_heard(audio: list[tuple[float, float]], onset: float, stop: float) -> float:
     """When a client that plays the answer's ``audio`` ((arrival, seconds) per delta) as it
-    comes, and stops at ``stop``, is first silent from ``onset`` on."""
+    comes, and stops at ``stop``, last hears it (``onset`` if it was silent from there)."""
     plays_until = 0.0
     for arrival, seconds in audio:
-        if plays_until < arrival and plays_until >= onset:
-            return min(plays_until, stop)  # it ran out of audio before this delta came
-        if plays_until < onset < arrival:
-            return onset  # silent already
+        if arrival >= stop:
+            break
         plays_until = max(plays_until, arrival) + seconds
-    return min(max(plays_until, onset), stop)
+    return max(onset, min(plays_until, stop))
 
 
 async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
@@ -299,7 +299,7 @@ async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict
     return result
 
 
-PARTS = {
+PARTS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
     "paused": bench_paused,
     "backchannels": bench_backchannels,
     "interruptions": bench_interruptions,
@@ -315,6 +315,9 @@ async def main() -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     parser.add_argument("--repeat", type=int, default=1, help="say each real interruption this many times")
+    parser.add_argument(
+        "--into-s", type=float, default=1.0, help="how far into an answer its listener speaks over it (default 1 s)"
+    )
     args = parser.parse_args()
     url = args.url or start_local_app(args.config)
     speaker = Speaker()
@@ -325,7 +328,9 @@ async def main() -> None:
         print(f"{name}:", flush=True)
         result[name] = {}
         for part in args.parts:
-            extra = {"repeat": args.repeat} if part == "interruptions" else {}
+            extra: dict[str, Any] = {"into_s": args.into_s} if part in ("interruptions", "backchannels") else {}
+            if part == "interruptions":
+                extra["repeat"] = args.repeat
             result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
         print(json.dumps({name: result[name]}), flush=True)
     print(json.dumps(result))

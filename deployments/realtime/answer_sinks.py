@@ -6,16 +6,15 @@ come), and ``add`` sends one piece. Both count what the client was *sent* throug
 outbox's ``on_sent``, so a cancel keeps exactly that (``AssistantMessage.keep_sent``).
 """
 
-import base64
 from collections.abc import Iterable
 from typing import Protocol
 
 from cancel import ScopeTicket
 from deployments.messages import TTSRequest
 from deployments.realtime.failover import FailoverStream
-from deployments.realtime.items import AssistantMessage
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
+from deployments.realtime.playout import Playout, audio_ms
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun
 from deployments.realtime.stages import Stages
@@ -34,6 +33,14 @@ class AnswerSink(Protocol):
 
     async def add(self, piece: str) -> None:
         """Send one piece (waits for room in the outbox: a slow client slows only this)."""
+        ...
+
+    async def played(self) -> None:
+        """Wait until every piece added so far has gone to the outbox."""
+        ...
+
+    def stop(self) -> None:
+        """The answer is over: nothing more of it is sent."""
         ...
 
 
@@ -59,11 +66,18 @@ class WrittenAnswer:
 
         self._events.text_delta(piece, sent)
 
+    async def played(self) -> None:
+        return  # each piece went to the outbox as it was added
+
+    def stop(self) -> None:
+        return
+
 
 class SpokenAnswer:
     """A spoken answer: each speakable piece's transcript, then its TTS audio in frames of
-    ``audio_delta_ms``. A TTS replica lost mid-piece costs no words: another speaks it
-    (``deployments.realtime.failover``)."""
+    ``audio_delta_ms``, sent by the answer's :class:`Playout` (paced to the listener while
+    the next piece is synthesised). A TTS replica lost mid-piece costs no words: another
+    speaks it (``deployments.realtime.failover``)."""
 
     def __init__(
         self,
@@ -77,13 +91,10 @@ class SpokenAnswer:
         first_chunk_words: int,
         audio_delta_ms: int,
     ) -> None:
-        self._run, self._events, self._outbox = run, events, outbox
-        self._stages, self._ticket, self._playback = stages, ticket, playback
+        self._run, self._stages, self._ticket = run, stages, ticket
+        self._playout = Playout(run, events, outbox, playback)
         self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
-        self.unsent_ms = 0.0
-        """Audio of this answer given to the outbox (queued or held) and not yet sent."""
-        self._unsent = lambda: self.unsent_ms
 
     def cut(self, delta: str) -> Iterable[str]:
         return self._chunker.feed(delta)
@@ -93,8 +104,9 @@ class SpokenAnswer:
 
     async def add(self, piece: str) -> None:
         run, answer = self._run, self._run.answer
+        await self._playout.room()
         text = piece if not answer.text else " " + piece
-        self._events.transcript_delta(text)
+        self._playout.say(text)
         request = TTSRequest(piece, self._ticket)
         tts = FailoverStream(lambda: self._stages.synthesize(request), run.id)
         run.streams.add(tts)
@@ -104,29 +116,14 @@ class SpokenAnswer:
             answer.speak(text, audio_ms(len(pcm)), continues_piece)
             continues_piece = True
             for offset in range(0, len(pcm), self._frame_bytes):
-                await self._outbox.room(run.id)
-                frame = pcm[offset : offset + self._frame_bytes]
-                sent = _AudioSent(self, answer, len(frame), self._playback)
-                self.unsent_ms += sent.ms
-                await self._playback.room(self._unsent)
-                self._events.audio_delta(base64.b64encode(frame).decode("ascii"), sent)
-                run.timeline.mark("first_audio")
+                self._playout.play(pcm[offset : offset + self._frame_bytes])
         run.streams.discard(tts)
 
+    async def played(self) -> None:
+        await self._playout.played()
 
-class _AudioSent:
-    """Counts one frame as sent, and heard from now (a callable object: cheaper than a
-    closure per frame)."""
-
-    __slots__ = ("_sink", "_answer", "ms", "_playback")
-
-    def __init__(self, sink: SpokenAnswer, answer: AssistantMessage, frame_bytes: int, playback: Playback) -> None:
-        self._sink, self._answer, self.ms, self._playback = sink, answer, audio_ms(frame_bytes), playback
-
-    def __call__(self) -> None:
-        self._sink.unsent_ms -= self.ms
-        self._answer.audio_ms += self.ms
-        self._playback.sent(self.ms)
+    def stop(self) -> None:
+        self._playout.stop()
 
 
 def answer_sink(
@@ -153,7 +150,3 @@ def answer_sink(
             audio_delta_ms=audio_delta_ms,
         )
     return WrittenAnswer(run, events, outbox)
-
-
-def audio_ms(pcm_bytes: int) -> float:
-    return pcm_bytes * 1000 / (2 * REALTIME_RATE)

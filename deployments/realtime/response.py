@@ -193,14 +193,19 @@ class Responder:
                 audio_delta_ms=self._settings.audio_delta_ms,
             )
             calls = FunctionCalls(run, events, self._outbox, lambda call: self._announce(run, call))
-            async with contextlib.aclosing(_pieces(llm, sink, run.timeline)) as pieces:
-                async for piece in pieces:
-                    if not isinstance(piece, str):
-                        await calls.add(piece)
-                        continue
-                    if not any(item is run.answer for item in run.outputs):
-                        self._announce(run, run.answer)
-                    await sink.add(piece)
+            try:
+                async with contextlib.aclosing(_pieces(llm, sink, run.timeline)) as pieces:
+                    async for piece in pieces:
+                        if not isinstance(piece, str):
+                            await sink.played()  # outputs go out one after another
+                            await calls.add(piece)
+                            continue
+                        if not any(item is run.answer for item in run.outputs):
+                            self._announce(run, run.answer)
+                        await sink.add(piece)
+                await sink.played()
+            finally:
+                sink.stop()
         except NothingToAnswer:  # a turn of no words: its held run is dropped unseen
             run.status = "cancelled"
         except Exception as exc:

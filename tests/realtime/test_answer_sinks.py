@@ -42,9 +42,11 @@ async def test_a_spoken_piece_is_its_transcript_then_its_audio_in_frames() -> No
         rig.send_gate.close()  # nothing is sent yet: nothing counts as sent
         await sink.add("Hello there.")
         await sink.add("Bye.")
+        await sink.played()
         assert run.answer.audio_ms == 0 and run.answer.text == "Hello there. Bye."
         rig.send_gate.open()
         sent = await rig.drained()
+        sink.stop()
         frames = math.ceil(300 / 70) * 2  # per TTS chunk, a last short frame
         assert [e["type"] for e in sent] == (
             ["response.output_audio_transcript.delta"] + ["response.output_audio.delta"] * frames

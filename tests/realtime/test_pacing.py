@@ -115,3 +115,14 @@ async def test_a_held_speculative_answer_is_released_within_its_lead() -> None:
         append_audio(h.socket, bytes(2 * REALTIME_RATE))  # the pause becomes the turn's end
         assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
         assert most_ahead_ms(h.socket) <= LEAD_MS + SLOP_MS
+
+
+async def test_the_next_piece_is_synthesised_while_this_one_plays() -> None:
+    """Paced, a piece's audio goes out over its own length: the next piece's TTS must not
+    wait for it, or the listener hears a gap at every sentence."""
+    async with Harness(answer_stages(pieces_ms=1000, pieces=1), interruption=PACED) as h:
+        append_audio(h.socket, speech(1))
+        await h.stages.until(lambda: len(h.stages.tts_streams) >= 2)
+        assert audio_ms(h.socket) <= LEAD_MS + SLOP_MS, "asked for while the first piece had barely begun"
+        assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
+        assert audio_ms(h.socket) == 3 * 1000
