@@ -18,6 +18,7 @@ from deployments.realtime.playout import Playout, audio_ms
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun
 from deployments.realtime.stages import Stages
+from deployments.realtime.supervision import Spawn
 from handlers.audio import REALTIME_RATE
 from handlers.text import SpeechChunker
 
@@ -87,12 +88,13 @@ class SpokenAnswer:
         stages: Stages,
         ticket: ScopeTicket,
         playback: Playback,
+        spawn: Spawn,
         *,
         first_chunk_words: int,
         audio_delta_ms: int,
     ) -> None:
         self._run, self._stages, self._ticket = run, stages, ticket
-        self._playout = Playout(run, events, outbox, playback)
+        self._playout = Playout(run, events, outbox, playback, spawn)
         self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
 
@@ -133,6 +135,7 @@ def answer_sink(
     stages: Stages,
     ticket: ScopeTicket,
     playback: Playback,
+    spawn: Spawn,
     *,
     first_chunk_words: int,
     audio_delta_ms: int,
@@ -146,6 +149,7 @@ def answer_sink(
             stages,
             ticket,
             playback,
+            spawn,
             first_chunk_words=first_chunk_words,
             audio_delta_ms=audio_delta_ms,
         )

@@ -17,6 +17,7 @@ from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.supervision import Spawn
 from handlers.audio import REALTIME_RATE
 
 READ_AHEAD_MS = 2000.0
@@ -25,8 +26,13 @@ synthesised: more than a sentence takes to synthesise on a loaded CPU."""
 
 
 class Playout:
-    def __init__(self, run: ResponseRun, events: ResponseEvents, outbox: Outbox, playback: Playback) -> None:
+    def __init__(
+        self, run: ResponseRun, events: ResponseEvents, outbox: Outbox, playback: Playback, spawn: Spawn
+    ) -> None:
+        """``spawn``: starts the sending task under the session's supervision (a bug there
+        fails the session visibly, never hangs the answer)."""
         self._run, self._events, self._outbox, self._playback = run, events, outbox, playback
+        self._spawn = spawn
         self._waiting: deque[str | bytes] = deque()
         """Transcript text and audio frames, in the order they go out."""
         self._waiting_ms = 0.0
@@ -66,7 +72,7 @@ class Playout:
     def _put(self, item: str | bytes) -> None:
         self._waiting.append(item)
         if self._task is None:
-            self._task = asyncio.ensure_future(self._send())
+            self._task = self._spawn(self._send())
         self._queued.set()
 
     async def _send(self) -> None:

@@ -189,6 +189,7 @@ class Responder:
                 self._stages,
                 ticket,
                 self._playback,
+                self._spawn,
                 first_chunk_words=self._settings.first_chunk_words,
                 audio_delta_ms=self._settings.audio_delta_ms,
             )

@@ -36,6 +36,7 @@ async def test_a_spoken_piece_is_its_transcript_then_its_audio_in_frames() -> No
             rig.stages,
             FakeScope("rig").ticket(),
             rig.playback,
+            rig.supervisor.spawn,
             first_chunk_words=8,
             audio_delta_ms=70,
         )
