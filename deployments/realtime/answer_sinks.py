@@ -2,8 +2,10 @@
 
 One choice when a response starts (``answer_sink``), then one small interface: ``cut``
 says how the LLM's text is split into pieces (speakable sentences, or deltas as they
-come), and ``add`` sends one piece. Both count what the client was *sent* through the
-outbox's ``on_sent``, so a cancel keeps exactly that (``AssistantMessage.keep_sent``).
+come), ``add`` sends one piece, ``played`` waits until all of them have gone to the outbox
+(a spoken answer's go out paced, from its playout task) and ``stop`` ends the answer's
+sending. Both count what the client was *sent* through the outbox's ``on_sent``, so a
+cancel keeps exactly that (``AssistantMessage.keep_sent``).
 """
 
 from collections.abc import Iterable
