@@ -24,6 +24,10 @@ from collections.abc import Callable
 HEARD_MARGIN_S = 0.25
 """A frame is still heard this long after the clock says it ended: a client's jitter
 buffer and its audio device play a little behind what arrived."""
+MAX_PAUSE_S = 1.5
+"""Longest a pause lasts, then the answer plays on while the rules still decide: a decision
+waits for more audio, and a client that sends audio only while its user speaks (push to
+talk, a script) may send none, which must not hold the answer for ever."""
 MIN_WAIT_MS = 10.0
 """The shortest wait for room: a held answer's audio (speculation) waits for its release
 without waking more often than this."""
@@ -46,6 +50,7 @@ class Playback:
         self._paused_at: float | None = None
         self._resumed = asyncio.Event()
         self._resumed.set()
+        self._pause_limit: asyncio.TimerHandle | None = None
         self._answering = False
 
     def sent(self, ms: float) -> None:
@@ -70,6 +75,7 @@ class Playback:
         self._heard_until = 0.0
         self._paused_at = None
         self._resumed.set()
+        self._end_pause_limit()
         self._answering = False
 
     def pause(self) -> None:
@@ -81,6 +87,7 @@ class Playback:
             return  # sent as made: the client has it all, nothing can pause
         self._paused_at = self._clock()
         self._resumed.clear()
+        self._pause_limit = asyncio.get_running_loop().call_later(MAX_PAUSE_S, self.resume)
 
     def resume(self) -> None:
         """Playback goes on where it paused. The server's own playback stood still, so what
@@ -92,6 +99,12 @@ class Playback:
             self._server_playback(False)
         self._paused_at = None
         self._resumed.set()
+        self._end_pause_limit()
+
+    def _end_pause_limit(self) -> None:
+        if self._pause_limit is not None:
+            self._pause_limit.cancel()
+            self._pause_limit = None
 
     async def room(self, unsent_ms: Callable[[], float]) -> None:
         """Wait until the answer's next frame may go out: at once unless the client plays

@@ -247,7 +247,7 @@ async def test_sessions_on_the_same_stages_each_keep_their_own_interruptions() -
         assert len(c.socket.of_type("input_audio_buffer.speech_started")) == 1
 
 
-def test_the_listener_clock_counts_what_was_sent_and_shifts_by_a_pause() -> None:
+async def test_the_listener_clock_counts_what_was_sent_and_shifts_by_a_pause() -> None:
     now = [100.0]
     paused: list[bool] = []
     playback = Playback(paused.append, clock=lambda: now[0])

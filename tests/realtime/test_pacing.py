@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeSocket, FakeStages, Harness, append_audio, speech
 
 from deployments.realtime.interruptions import InterruptionRules
+from deployments.realtime.playback import MAX_PAUSE_S
 from handlers.audio import REALTIME_RATE
 from handlers.synthetic import ToneTranscriber
 
@@ -126,3 +127,17 @@ async def test_the_next_piece_is_synthesised_while_this_one_plays() -> None:
         assert audio_ms(h.socket) <= LEAD_MS + SLOP_MS, "asked for while the first piece had barely begun"
         assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
         assert audio_ms(h.socket) == 3 * 1000
+
+
+async def test_a_candidate_whose_audio_stops_coming_holds_the_answer_no_longer_than_the_pause_limit() -> None:
+    """A client that sends audio only while its user speaks: a hum with no silence after
+    it leaves its candidate undecided (the VAD waits for audio that never comes); the answer
+    plays on after ``MAX_PAUSE_S`` and ends, instead of waiting for ever (a load test's
+    sessions did, each waiting for the other)."""
+    async with Harness(answer_stages(pieces_ms=300), interruption=PACED) as h:
+        append_audio(h.socket, speech(1))
+        await h.socket.wait_type("response.output_audio.delta")
+        append_audio(h.socket, speech(BACKCHANNEL, seconds=0.6, silence_s=0.0))
+        done = await h.socket.wait_type("response.done", timeout_s=MAX_PAUSE_S + 3)
+        assert done["response"]["status"] == "completed"
+        assert audio_ms(h.socket) == 3 * 2 * 300
