@@ -55,6 +55,7 @@ from loadtest.bench_e2e import (
     start_local_app,
     wait_for,
 )
+from loadtest.listener import last_heard
 from loadtest.prompts import with_pause
 from loadtest.webrtc_call import Call
 
@@ -229,17 +230,6 @@ async def bench_interruptions(
         "answers_all_sent_before": sent_whole,
         "onset_to_last_heard_ms": percentiles(to_last_heard),
     }
-
-
-def last_heard(audio: list[tuple[float, float]], onset: float, stop: float) -> float:
-    """When a client that plays the answer's ``audio`` ((arrival, seconds) per delta) as it
-    comes, and stops at ``stop``, last hears it (``onset`` if it was silent from there)."""
-    plays_until = 0.0
-    for arrival, seconds in audio:
-        if arrival >= stop:
-            break
-        plays_until = max(plays_until, arrival) + seconds
-    return max(onset, min(plays_until, stop))
 
 
 async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import base64
 from realtime_client import LONG_QUESTION, Client, assert_heard
 
 from handlers.audio import REALTIME_RATE
+from loadtest import listener
 
 FOLLOW_UP = "What is the capital of France?"
 LEAD_MS = 200
@@ -21,18 +22,14 @@ def seconds(pcm: bytes) -> float:
 
 
 def most_ahead_ms(client: Client, response_id: str) -> float:
-    """How far the answer's audio was ever ahead of a client playing it from its first
-    delta on (an answer sent as made is seconds ahead)."""
-    deltas = [
-        (event, at)
-        for event, at in zip(client.events, client.received_at, strict=True)
-        if event.type == "response.output_audio.delta" and event.response_id == response_id
-    ]
-    first_at, received_ms, ahead = deltas[0][1], 0.0, 0.0
-    for event, at in deltas:
-        received_ms += 1000 * seconds(base64.b64decode(event.delta))
-        ahead = max(ahead, received_ms - 1000 * (at - first_at))
-    return ahead
+    """How far the answer's audio was ever ahead of a client playing it as it came."""
+    return listener.most_ahead_ms(
+        [
+            (at, seconds(base64.b64decode(event.delta)))
+            for event, at in zip(client.events, client.received_at, strict=True)
+            if event.type == "response.output_audio.delta" and event.response_id == response_id
+        ]
+    )
 
 
 async def test_a_backchannel_over_the_answer_is_no_turn_and_the_next_question_is(connect, pcm24k) -> None:

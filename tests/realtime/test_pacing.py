@@ -15,6 +15,7 @@ from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.playback import MAX_PAUSE_S
 from handlers.audio import REALTIME_RATE
 from handlers.synthetic import ToneTranscriber
+from loadtest import listener
 
 LEAD_MS = 200
 PACED = InterruptionRules(audio_lead_ms=LEAD_MS)
@@ -42,12 +43,13 @@ def audio_ms(socket: FakeSocket, response_id: str | None = None) -> float:
 
 def most_ahead_ms(socket: FakeSocket) -> float:
     """How far ahead of a client playing from the first delta on the audio ever was."""
-    deltas = [(e, at) for e, at in zip(socket.sent, socket.sent_at, strict=True) if e["type"].endswith("audio.delta")]
-    first_at, received_ms, ahead = deltas[0][1], 0.0, 0.0
-    for event, at in deltas:
-        received_ms += len(base64.b64decode(event["delta"])) * 1000 / (2 * REALTIME_RATE)
-        ahead = max(ahead, received_ms - (at - first_at) * 1000)
-    return ahead
+    return listener.most_ahead_ms(
+        [
+            (at, len(base64.b64decode(e["delta"])) / (2 * REALTIME_RATE))
+            for e, at in zip(socket.sent, socket.sent_at, strict=True)
+            if e["type"] == "response.output_audio.delta"
+        ]
+    )
 
 
 @pytest.mark.parametrize("lead_ms", [LEAD_MS, None])
