@@ -42,8 +42,13 @@ TONE_LEVEL = 0.3
 ENERGY_THRESHOLD = 0.01
 """RMS of a 32 ms window above which the energy VAD hears speech."""
 TONE_WINDOW = 8192
-"""Samples of the tone read (0.5 s at 16 kHz: 2 Hz bins, for steps of 25 Hz): a synthetic
-engine should cost next to nothing, whatever the length of the question."""
+"""Samples read at a time (0.5 s at 16 kHz: 2 Hz bins, for steps of 25 Hz): one FFT per
+half second of the utterance, so a synthetic engine costs next to nothing."""
+MIN_TONE = SPEECH_RATE // 16
+"""A shorter sound is no tone (16 Hz bins: a peak within half a step of its tone)."""
+QUIET_GAP = SPEECH_RATE // 20
+"""Quiet that parts two tones: each is read from its own start (a window across the
+silence of a pause mixes two phases of the tone and misreads it)."""
 _QUESTION = re.compile(r"Question (\d+)\.")
 
 
@@ -112,20 +117,34 @@ class EnergyVoiceDetector(VoiceActivityDetector):
 
 
 class ToneTranscriber:
-    """Reads the question number back from its tone's frequency."""
+    """Reads question numbers back from their tones' frequencies."""
 
     def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
-        """``over_answer``: as :meth:`handlers.stt.SpeechToText.transcribe` (a tone is no hum)."""
+        """Every tone of ``audio`` in order, as a real STT hears every word: a hum and then
+        a question in one utterance is "Mm-hmm. Question 7.", so the interruption gate
+        hears the question, as it would hear words after a real "mm-hmm". ``over_answer``:
+        as :meth:`handlers.stt.SpeechToText.transcribe` (a tone is no hum)."""
         loud = np.flatnonzero(np.abs(audio) > ENERGY_THRESHOLD)
-        if loud.size == 0 or loud[-1] - loud[0] < SPEECH_RATE // 10:
+        if loud.size == 0:
             return ""
-        voiced = audio[loud[0] : loud[-1] + 1][:TONE_WINDOW]
-        spectrum = np.abs(np.fft.rfft(voiced))
-        peak_hz = float(np.argmax(spectrum)) * SPEECH_RATE / voiced.size
-        number = round((peak_hz - BASE_HZ) / STEP_HZ)
-        if number == BACKCHANNEL_STEPS:
-            return BACKCHANNEL_TEXT
-        return question_text(number) if 0 <= number <= MAX_QUESTION else ""
+        gaps = np.flatnonzero(np.diff(loud) > QUIET_GAP)
+        heard: list[str] = []
+        for start, end in zip(loud[np.r_[0, gaps + 1]], loud[np.r_[gaps, -1]], strict=True):
+            for window in range(start, end + 2 - MIN_TONE, TONE_WINDOW):
+                text = _tone_text(audio[window : min(window + TONE_WINDOW, end + 1)])
+                if text and (not heard or heard[-1] != text):
+                    heard.append(text)
+        return " ".join(heard)
+
+
+def _tone_text(window: np.ndarray) -> str:
+    """What one window's strongest tone says ("" for none of ours: a silence, a pause)."""
+    spectrum = np.abs(np.fft.rfft(window))
+    peak_hz = float(np.argmax(spectrum)) * SPEECH_RATE / window.size
+    number = round((peak_hz - BASE_HZ) / STEP_HZ)
+    if number == BACKCHANNEL_STEPS:
+        return BACKCHANNEL_TEXT
+    return question_text(number) if 0 <= number <= MAX_QUESTION else ""
 
 
 class EveryPauseEnds:

@@ -101,9 +101,10 @@ class AudioInput:
         listened to it yet or not (samples at 16 kHz: the VAD's clock)."""
         return self._buffer.end_sample + self._queued_samples
 
-    def speech_so_far(self) -> np.ndarray:
-        """The current utterance as far as it has been taken in (a copy)."""
-        return self._buffer.peek()
+    def speech_so_far(self, heard: int | None = None) -> np.ndarray:
+        """The current utterance as far as it has been taken in, or up to the VAD's position
+        ``heard`` (a copy)."""
+        return self._buffer.peek(heard)
 
     def append(self, pcm16: bytes) -> None:
         """Audio from the client (24 kHz PCM16); refused while the VAD is too far behind."""

@@ -57,9 +57,8 @@ class InterruptionRules(BaseModel):
     has played, so that a candidate pauses the sound within it (the server stops sending; a
     WebRTC track is paused by the server itself); 200 is what was measured. ``None`` (the
     default): sent as fast as it is made, as OpenAI does; the client then hears the answer
-    until ``speech_started``. Opt-in until a failure seen only in CI is understood: paced, 2
-    of 171 turns of the 50-session serving-layer test got no answer within 60 s (twice,
-    never here; docs/bench/README.md, "Paced WebSocket audio")."""
+    until ``speech_started``. Opt-in until the browser tests cover a paced answer
+    (docs/bench/README.md, "Paced WebSocket audio")."""
 
     @property
     def immediate(self) -> bool:
@@ -169,7 +168,9 @@ class InterruptionGate:
             if not rules.ignore_backchannels:
                 self._confirm(candidate)
             else:
-                self._check_words(candidate, self._audio.speech_so_far(), heard=vad.sample)
+                # What the VAD has heard, not all that came in: a client that sends in bursts
+                # must not lend the candidate the words of speech after it.
+                self._check_words(candidate, self._audio.speech_so_far(vad.sample), heard=vad.sample)
         elif isinstance(vad, SpeechStopped) and candidate.stopped() is vad:
             long_enough = not vad.too_short and vad.end_sample - vad.start_sample >= ms_to_samples(
                 rules.min_duration_ms

@@ -338,6 +338,38 @@ async def test_a_continuous_microphone_streams_between_questions(echo: EchoServe
         assert sent < 0.8 * frames_due, (sent, frames_due)
 
 
+class RecordingSocket:
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, str]] = []
+
+    async def send(self, event: str) -> None:
+        self.sent.append((time.monotonic(), event))
+
+
+async def test_a_voice_said_over_another_takes_the_microphone_and_audio_stays_real_time() -> None:
+    """A question said in a backchannel's trailing silence (as the next turn is, once the
+    answer is over): one microphone, so the question's frames go out whole and in a row,
+    and never more audio than real time (the two voices' frames in turn were twice that,
+    and the server heard hum and question as one utterance)."""
+    prompts = tone_prompts()
+    assert prompts.backchannel is not None
+    question = prompts.prompts[5]
+    session = _session("ws://unused", prompts, 0, Dice(), 0.0, 0.0)
+    socket = session._ws = RecordingSocket()
+    started = time.monotonic()
+    hum = asyncio.ensure_future(session._say(prompts.backchannel))
+    await asyncio.sleep(prompts.backchannel.seconds + 0.3)  # the question begins 0.3 s into the silence
+    await session._say(question)
+    await hum
+    events = [event for _, event in socket.sent]
+    frames = [event for event, _ in spoken_frames(question)]
+    first = events.index(frames[0])
+    assert events[first : first + len(frames)] == frames
+    assert events[first + len(frames) :] == [SILENCE_EVENT] * int(1000 / FRAME_MS)  # its own silence only
+    sent_s = sum(audio_size(json.loads(event)["audio"]) for event in events) / (2 * REALTIME_RATE)
+    assert sent_s <= socket.sent[-1][0] - started + 2 * FRAME_MS / 1000
+
+
 def test_the_longest_silence_inside_an_answer_is_measured_as_a_listener_hears_it() -> None:
     """100 ms of audio at 1.0 s and at 1.05 s play on without a break; the next at 1.5 s
     comes 0.3 s after the listener ran out."""

@@ -39,3 +39,23 @@ def test_the_backchannel_hum_is_heard_as_one_from_its_first_300_ms(voiced: bool)
     if voiced:
         stops, _ = heard(VoiceActivityDetector(), backchannel.pcm16)
         assert len(stops) == 1 and not stops[0].too_short
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.2])
+@pytest.mark.parametrize("voiced", [False, True])
+def test_a_hum_and_then_a_question_in_one_utterance_are_both_heard(voiced: bool, gap_s: float) -> None:
+    """As a real STT hears the words after a "mm-hmm": the interruption gate then takes the
+    utterance for a real interruption, not a backchannel (hearing only the first tone, it
+    dismissed the question with the hum, and the question went unanswered)."""
+    prompts = tone_prompts(voiced)
+    assert prompts.backchannel is not None
+    gap = bytes(2 * int(gap_s * REALTIME_RATE))
+    pcm16 = prompts.backchannel.pcm16 + gap + prompts.prompts[84].pcm16
+    transcript = ToneTranscriber().transcribe(resample(pcm16_to_float(pcm16), REALTIME_RATE, SPEECH_RATE))
+    assert transcript == "Mm-hmm. Question 84." and holds_a_real_word(transcript)
+
+
+def test_a_question_paused_mid_tone_is_heard_once() -> None:
+    for prompt in tone_prompts().paused:
+        audio = resample(pcm16_to_float(prompt.pcm16), REALTIME_RATE, SPEECH_RATE)
+        assert ToneTranscriber().transcribe(audio) == prompt.text
