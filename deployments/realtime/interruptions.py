@@ -52,13 +52,12 @@ class InterruptionRules(BaseModel):
     words, sounds or no words at all (noise) never interrupts: one STT call per candidate, made once it has
     lasted ``min_duration_ms`` and again every ``RECHECK_MS`` of speech after."""
 
-    audio_lead_ms: int | None = Field(None, ge=50, le=10_000)
+    audio_lead_ms: int | None = Field(200, ge=50, le=10_000)
     """Over a WebSocket, an answer's audio is sent at most this far ahead of what the client
     has played, so that a candidate pauses the sound within it (the server stops sending; a
-    WebRTC track is paused by the server itself); 200 is what was measured. ``None`` (the
-    default): sent as fast as it is made, as OpenAI does; the client then hears the answer
-    until ``speech_started``. Opt-in until the browser tests cover a paced answer
-    (docs/bench/README.md, "Paced WebSocket audio")."""
+    WebRTC track is paused by the server itself); 200 is what was measured. ``None``: sent
+    as fast as it is made, as OpenAI does (``cluster/loadtest.yaml`` keeps that rule); the
+    client then hears the answer until ``speech_started``."""
 
     @property
     def immediate(self) -> bool:

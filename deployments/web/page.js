@@ -8,9 +8,11 @@ const RATE = 24000;
 const JITTER_S = 0.08; // a little audio in hand before playback starts: smooths network jitter
 
 const $ = (id) => document.getElementById(id);
-const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [] };
-// stops: per barge-in, ms from speech_started to the last sound of the interrupted answer;
-// doneAt: when each response.done came.
+const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, created: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [] };
+// stops: per barge-in, ms from speech_started to the last sound of the interrupted answer
+// (0 or less: it was silent already, paused by the server at the speech's onset);
+// created, responses: response.created and response.done seen (one more created: an answer
+// is still coming); doneAt: when each response.done came.
 // sounding: [from, to] of each stretch of answer audio heard (or scheduled to be), and
 // lastSoundAt: of its last sound; window.s2s.lastSpeechStartedAt: of the last speech_started.
 // All performance.now() times.
@@ -169,6 +171,7 @@ function onEvent(event) {
     case "input_audio_buffer.speech_started":
     {
       const at = (window.s2s.lastSpeechStartedAt = performance.now());
+      const answer = stats.created > stats.responses && playing ? playing.itemId : null;
       const cut = stopPlayback(true); // barge-in: silence at once, and tell the server what was heard
       if (cut) {
         interrupted.add(cut);
@@ -176,6 +179,11 @@ function onEvent(event) {
       } else if (peer && window.s2s.serverPlaying) {
         muteAnswer(true); // the server stops it too; the page silences what is still on its way
         window.s2s.bargeIn = { at, lastSound: at }; // listen for any sound until the next answer
+      } else if (answer) {
+        // Paced: the server stopped sending at the speech's onset, so the answer had fallen
+        // silent before this confirmation (a stop of 0 or less); nothing more of it plays.
+        interrupted.add(answer);
+        stats.stops.push(stats.lastSoundAt - at);
       }
       bubble(event.item_id, "user").textContent = "…";
       break;
@@ -201,6 +209,9 @@ function onEvent(event) {
     case "output_audio_buffer.stopped":
     case "output_audio_buffer.cleared":
       window.s2s.serverPlaying = false;
+      break;
+    case "response.created":
+      stats.created += 1;
       break;
     case "response.done":
       stats.responses += 1;

@@ -22,6 +22,10 @@ def realtime_url(serve_port: int) -> Iterator[str]:
             "deployment": {"num_cpus": 0.25, "max_ongoing_requests": 16},
             # Every session on one scope host: each worker's poll of it is shared by them all.
             "scope": {"num_hosts": 1},
+            # Answers go out as made, not paced in real time (they last up to ~25 s each, and
+            # the suite would wait for each); a test that paces them asks for it per session
+            # (test_backchannels.py). The page's tests ran paced by hand (docs/bench/README.md).
+            "interruption": {"audio_lead_ms": None},
         }
     }
     serve.run(build_app(config), name=APP_NAME, route_prefix="/")

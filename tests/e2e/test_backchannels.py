@@ -1,8 +1,8 @@
 """Interruptions that are real, with the real models (``deployments.realtime.interruptions``):
 a backchannel spoken over an answer is no turn, and the question after it is one, from its
 own onset. Turns are taken in order, so the question's ``speech_started`` proves the
-backchannel before it was decided. The session asks for its answer's audio paced (an
-opt-in of ours), so a candidate pauses it."""
+backchannel before it was decided. The session asks for its answer's audio paced (the
+server's default, which the test app turns off), so a candidate pauses it."""
 
 import base64
 

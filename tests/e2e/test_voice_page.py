@@ -114,9 +114,10 @@ async def open_page(browser: Browser, realtime_url: str, transport: str, scripte
 
 SCRIPTED_MICROPHONE = Path(__file__).with_name("scripted_microphone.js")
 ANSWER_SOUNDING = {
-    # The page plays the deltas: the answer sounds now, and at least 1 s more of it is due.
-    "websocket": "(() => { const s = window.s2s.stats.sounding.at(-1), now = performance.now();"
-    " return !!s && s[0] <= now && s[1] - now > 1000; })()",
+    # The page plays the deltas: the answer sounds now, and more of it is due: at least 1 s
+    # in hand, or (paced: the page never holds more than the lead) its response.done not come.
+    "websocket": "(() => { const stats = window.s2s.stats, s = stats.sounding.at(-1), now = performance.now();"
+    " return !!s && s[0] <= now && now < s[1] && (s[1] - now > 1000 || stats.created > stats.responses); })()",
     # The server plays: its track sounds now.
     "webrtc": "window.s2s.serverPlaying && performance.now() - window.s2s.stats.lastSoundAt < 100",
 }

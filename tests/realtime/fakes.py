@@ -20,6 +20,7 @@ from cancel import CancelScope, ScopeTicket
 from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import WebSocketTransport
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
@@ -317,6 +318,9 @@ class Harness:
         self.stages = stages or FakeStages()
         self.socket = FakeSocket()
         self.scope = FakeScope(name)
+        # Fake answers are seconds of audio: sent as made (not paced in real time) unless a
+        # test says otherwise; pacing has tests of its own (test_pacing.py).
+        config.setdefault("interruption", InterruptionRules(audio_lead_ms=None))
         self.config = IngressConfig(**config)
         self.session = RealtimeSession(
             WebSocketTransport(self.socket),  # type: ignore[arg-type]
