@@ -124,12 +124,11 @@ class Session:
         """Share of questions said with a pause mid-sentence (``PromptSet.paused``)."""
         self._turn_detection = turn_detection
         """Asked for at the start; ``None``: the server's own."""
-        self._voices: list[int] = []
+        self._voices: list[object] = []
         """Voices being said right now, oldest first (a barge-in may overlap the last
         question's silence, a question a backchannel's). A microphone carries one signal, so
         only the newest is sent: two voices' frames in turn would be audio at twice real
         time, and a server would hear them as one garbled utterance."""
-        self._voices_said = 0
         self._ws: Any = None
         self._sent_ms = 0.0
         """Input audio sent so far: the position the server's ``audio_end_ms`` names."""
@@ -200,21 +199,20 @@ class Session:
         start = time.monotonic()
         played = 0.0
         resumes = prompt.resumes_at_s
-        self._voices_said += 1
-        voice = self._voices_said
+        voice = object()
         self._voices.append(voice)
         try:
             for event, frame_end in spoken_frames(prompt):
                 if turn is not None and resumes is not None and played <= resumes < frame_end:
                     turn.resumed_at_ms = self._sent_ms + 1000 * (resumes - played)
-                if self._voices[-1] == voice:
+                if self._voices[-1] is voice:
                     await self._append(event, frame_end - played)
                 played = frame_end
                 await metronome.until(start + played)
             if turn is not None:
                 turn.speech_end_at = time.monotonic()
             for frame in range(1, int(TRAILING_SILENCE_S * 1000 / FRAME_MS) + 1):
-                if self._voices[-1] == voice:
+                if self._voices[-1] is voice:
                     await self._append(SILENCE_EVENT, FRAME_MS / 1000)
                 await metronome.until(start + played + frame * FRAME_MS / 1000)
         finally:
