@@ -1,7 +1,9 @@
 """The voice page at ``/``: a browser client of ``/v1/realtime`` that ships with the server.
 
 Static files only (``deployments/web``: the page, its script, the microphone worklet, the
-style), served by the ingress itself, with no CDN and no external asset.
+style), served by the ingress itself, with no CDN and no external asset. The page names
+them, and the API, relative to itself, so it works wherever the app is mounted (a Serve
+``route_prefix``, a path on a shared host).
 """
 
 from pathlib import Path

@@ -8,11 +8,12 @@ const RATE = 24000;
 const JITTER_S = 0.08; // a little audio in hand before playback starts: smooths network jitter
 
 const $ = (id) => document.getElementById(id);
-const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, created: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [] };
+const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, created: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [], mostAheadMs: 0 };
 // stops: per barge-in, ms from speech_started to the last sound of the interrupted answer
 // (0 or less: it was silent already, paused by the server at the speech's onset);
 // created, responses: response.created and response.done seen (one more created: an answer
-// is still coming); doneAt: when each response.done came.
+// is still coming); doneAt: when each response.done came; mostAheadMs: the most answer
+// audio the page ever held unplayed (a paced answer: about the server's lead).
 // sounding: [from, to] of each stretch of answer audio heard (or scheduled to be), and
 // lastSoundAt: of its last sound; window.s2s.lastSpeechStartedAt: of the last speech_started.
 // All performance.now() times.
@@ -27,7 +28,11 @@ let playing = null; // { itemId, chunks: [{ source, start, duration }] } of the 
 let nextStart = 0;
 const interrupted = new Set(); // answers a barge-in cut: their late audio is dropped
 
-$("url").value = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
+// The API beside the page, wherever the app is mounted (Serve's route_prefix: /voice/ talks
+// to /voice/v1/realtime).
+const realtimeUrl = new URL("v1/realtime", location.href);
+realtimeUrl.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+$("url").value = realtimeUrl.href;
 if (!window.RTCPeerConnection) $("transport").value = "websocket";
 const params = new URLSearchParams(location.search);
 if (params.get("transport")) $("transport").value = params.get("transport");
@@ -42,7 +47,7 @@ async function connect() {
   hideError();
   context = new AudioContext({ sampleRate: RATE });
   await context.resume();
-  await context.audioWorklet.addModule("/static/mic-worklet.js");
+  await context.audioWorklet.addModule(new URL("mic-worklet.js", import.meta.url));
   microphone = await navigator.mediaDevices.getUserMedia({
     audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
   });
@@ -249,6 +254,7 @@ function play(itemId, b64) {
   const start = Math.max(nextStart, context.currentTime + JITTER_S);
   source.start(start);
   nextStart = start + buffer.duration;
+  stats.mostAheadMs = Math.max(stats.mostAheadMs, (nextStart - context.currentTime) * 1000);
   const startsAt = performance.now() + (start - context.currentTime) * 1000;
   sounded(startsAt, startsAt + buffer.duration * 1000);
   playing.chunks.push({ source, start, duration: buffer.duration });

@@ -1,13 +1,15 @@
 """The real application on a real local Ray, and a client that talks to it the way any
 OpenAI Realtime client would: through the stock ``openai`` SDK."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from ray import serve
 from realtime_client import APP_NAME, MAX_SESSIONS, open_client
+from voice_page import browsers
 
 from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
@@ -24,7 +26,8 @@ def realtime_url(serve_port: int) -> Iterator[str]:
             "scope": {"num_hosts": 1},
             # Answers go out as made, not paced in real time (they last up to ~25 s each, and
             # the suite would wait for each); a test that paces them asks for it per session
-            # (test_backchannels.py). The page's tests ran paced by hand (docs/bench/README.md).
+            # (test_backchannels.py). The page paced has its tests on the synthetic engines
+            # (test_voice_page_paced.py).
             "interruption": {"audio_lead_ms": None},
         }
     }
@@ -45,3 +48,10 @@ def pcm24k(speak: Callable[..., np.ndarray]) -> Callable[..., bytes]:
 @pytest.fixture
 def connect(realtime_url: str) -> Callable[..., Any]:
     return lambda: open_client(realtime_url)
+
+
+@pytest.fixture
+async def browser_with(tmp_path: Path) -> AsyncIterator[Callable[[Path | None], Any]]:
+    """Launches headless chromiums for the test (``voice_page.browsers``)."""
+    async with browsers(tmp_path) as launch:
+        yield launch

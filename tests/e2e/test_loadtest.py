@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 from ray import serve
+from synthetic_app import serve_synthetic
 
-from deployments.app import build_app
+from loadtest.metrics import export_interval_s
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
 
@@ -18,25 +19,11 @@ CLEAN = ("stale_bytes", "leaks", "cut_short", "done_without_created", "timeouts"
 
 @pytest.fixture(scope="module", params=["ingress", "deployment"])
 def synthetic_url(serve_port: int, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The real ingress, scopes and Serve plumbing with synthetic engines, beside the real app;
-    VAD in the ingress, or on its deployment with one batched call per tick."""
-    tiny = {"num_cpus": 0.01}
-    placement = request.param
-    config = {
-        "synthetic": {"answer_words": 16, "tokens_per_s": 40, "speech_s_per_word": 0.1},
-        "ingress": {
-            "max_sessions": 100,
-            "deployment": {**tiny, "max_ongoing_requests": 128},
-            "scope": {"num_hosts": 2},
-        },
-        "vad": {"placement": placement, "deployment": {**tiny, "max_ongoing_requests": 128}},
-        "stt": {"deployment": {**tiny, "max_ongoing_requests": 128}},
-        "llm": {"deployment": {**tiny, "max_ongoing_requests": 128}},
-        "tts": {"deployment": {**tiny, "max_ongoing_requests": 64, "num_replicas": 2}},
-    }
-    name = f"{SYNTHETIC_APP}-{placement}"
-    serve.run(build_app(config), name=name, route_prefix=f"/synthetic-{placement}")
-    yield f"ws://127.0.0.1:{serve_port}/synthetic-{placement}/v1/realtime"
+    """The serving layer with synthetic engines, beside the real app; VAD in the ingress, or on
+    its deployment with one batched call per tick."""
+    name = f"{SYNTHETIC_APP}-{request.param}"
+    synthetic = {"answer_words": 16, "tokens_per_s": 40, "speech_s_per_word": 0.1}
+    yield f"{serve_synthetic(serve_port, name, synthetic, vad_placement=request.param)}/v1/realtime"
     serve.delete(name)
 
 
@@ -69,8 +56,8 @@ async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, 
     server = summary["server"]
     assert server["totals"]["s2s_turns_total"] >= counts["turns"] - counts["barge_ins"]
     assert server["totals"].get("s2s_interruptions_total{outcome=ignored}", 0) >= 1, "the gate's view of the hums"
-    # Its view has caught up with the run (Ray exports every 10 s): no session left open.
-    assert server["scraped_after_end_s"] >= 10 and server["totals"].get("s2s_active_sessions", 0) == 0
+    # Its view has caught up with the run (one export after it): no session left open.
+    assert server["scraped_after_end_s"] >= export_interval_s() and server["totals"].get("s2s_active_sessions", 0) == 0
     assert len(summary["server"]["requests_per_replica"]["TTS"]) == 2  # both replicas served
     if "ingress" in synthetic_url:
         assert "VAD" not in summary["server"]["requests_per_replica"]  # no VAD deployment at all

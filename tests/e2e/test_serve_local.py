@@ -1,9 +1,8 @@
 """``make run``'s launcher: ready only when every model answers; Ctrl-C (or SIGTERM) closes
 the open sessions with 1001 and ends every process of the app within 15 s (synthetic engines,
-whose LLM takes seconds to load, on a Ray cluster of the launcher's own), on either data path:
-Serve's Python proxy, or Ray's HAProxy, whose processes Ray can leave running, port held,
-once their manager actor is gone (docs/haproxy.md); even a launcher killed outright leaves
-none of them."""
+whose LLM takes seconds to load, on a Ray cluster of the launcher's own), on its default data
+path, Ray's HAProxy, whose processes Ray can leave running, port held, once their manager
+actor is gone (docs/haproxy.md); even a launcher killed outright leaves none of them."""
 
 import asyncio
 import contextlib
@@ -58,8 +57,12 @@ def start_launcher(tmp_path: Path, port: int, data_path: str) -> subprocess.Pope
 
 @pytest.mark.parametrize(
     ("data_path", "how"),
-    [("proxy", "ctrl-c"), ("haproxy", "ctrl-c"), ("haproxy", "sigterm")],
-    ids=["proxy", "haproxy", "haproxy-sigterm"],
+    # Ctrl-C on `make run` (HAProxy, every process of the group signalled) and a supervisor's
+    # SIGTERM (the launcher alone, which must then end HAProxy itself). Serve's Python proxy
+    # stops through the same launcher code, less HAProxy; its sessions' 1001 close is
+    # test_realtime.py's shutdown test.
+    [("haproxy", "ctrl-c"), ("haproxy", "sigterm")],
+    ids=["haproxy", "haproxy-sigterm"],
 )
 async def test_ctrl_c_closes_sessions_then_ends_every_process_within_15_s(
     tmp_path: Path, data_path: str, how: str

@@ -3,19 +3,16 @@ against the served pipeline (real models). Its microphone is a WAV file of Piper
 (Chromium's own capture path), or, where speech must land while the answer sounds, a scripted
 one the test speaks into when the page says the answer is playing (``scripted_microphone.js``)."""
 
-import base64
 import json
-import shutil
 import wave
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
-from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from realtime_client import LONG_QUESTION
+from voice_page import ANSWER_SOUNDING, STOP_WITHIN_MS, hang_up, open_page, say, seen, until, within
 
 from handlers.audio import SPEECH_RATE, float_to_pcm16
 
@@ -36,113 +33,7 @@ def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * SPEECH_RATE), np.float32)
 
 
-BROWSER_NICENESS = 19
-"""The browser runs at the lowest CPU priority. A user's browser runs on the user's device; here
-it shares the server's two cores, and at normal priority it took up to 0.4 core from the
-models: on a slow machine an answer then came slower than real time, with silences of up to
-18 s between its sentences (measured 2026-12-02), and no barge-in or backchannel could be
-timed to land on it."""
-
-
-@pytest.fixture
-async def browser_with(tmp_path: Path) -> AsyncIterator[Callable[[Path | None], Any]]:
-    """A headless chromium whose microphone plays the given file (none: Chromium's fake
-    device, for pages that script their microphone)."""
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: make install-dev installs it"
-    executable = tmp_path / "chromium-niced"
-    executable.write_text(f'#!/bin/sh\nexec nice -n {BROWSER_NICENESS} {chromium} "$@"\n')
-    executable.chmod(0o755)
-    browsers: list[Browser] = []
-    async with async_playwright() as playwright:
-
-        async def launch(microphone: Path | None) -> Browser:
-            played = [f"--use-file-for-fake-audio-capture={microphone}%noloop"] if microphone else []
-            browser = await playwright.chromium.launch(
-                executable_path=executable,
-                headless=True,
-                args=[
-                    "--use-fake-ui-for-media-stream",
-                    "--use-fake-device-for-media-stream",
-                    *played,
-                    "--autoplay-policy=no-user-gesture-required",
-                ],
-            )
-            browsers.append(browser)
-            return browser
-
-        yield launch
-        for browser in browsers:
-            await browser.close()
-
-
 TRANSPORTS = pytest.mark.parametrize("transport", ["websocket", "webrtc"])
-STOP_WITHIN_MS = 150
-"""The issue's bound, over both transports. Over the WebSocket the page stops its own playback
-(measured 0-3 ms); over WebRTC the server stops sending and the page mutes what is still on
-the wire and in the browser's jitter buffer (unmuted, that played on for 900 ms here)."""
-
-
-async def hang_up(page: Page) -> None:
-    """Disconnect as a user would: the server ends the session now, not when the call times out."""
-    await page.click("#connect")
-    await page.wait_for_function("window.s2s.connected === false", timeout=10_000)
-
-
-async def seen(page: Page) -> str:
-    """What the page counted and shows: for a failure's message."""
-    return str(
-        await page.evaluate(
-            "[window.s2s.stats, [...document.querySelectorAll('li')].map(e => e.className + ': ' + e.textContent)]"
-        )
-    )
-
-
-async def open_page(browser: Browser, realtime_url: str, transport: str, scripted_microphone: bool = False) -> Page:
-    page = await browser.new_page(viewport={"width": 390, "height": 800})  # a phone's screen
-    if scripted_microphone:
-        await page.add_init_script(path=SCRIPTED_MICROPHONE)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    base = realtime_url.replace("ws://", "http://").removesuffix("/v1")
-    await page.goto(f"{base}/?transport={transport}")
-    await page.click("#connect")
-    await page.wait_for_function("window.s2s.connected === true", timeout=30_000)
-    assert errors == []
-    return page
-
-
-SCRIPTED_MICROPHONE = Path(__file__).with_name("scripted_microphone.js")
-ANSWER_SOUNDING = {
-    # The page plays the deltas: the answer sounds now, and more of it is due: at least 1 s
-    # in hand, or (paced: the page never holds more than the lead) its response.done not come.
-    "websocket": "(() => { const stats = window.s2s.stats, s = stats.sounding.at(-1), now = performance.now();"
-    " return !!s && s[0] <= now && now < s[1] && (s[1] - now > 1000 || stats.created > stats.responses); })()",
-    # The server plays: its track sounds now.
-    "webrtc": "window.s2s.serverPlaying && performance.now() - window.s2s.stats.lastSoundAt < 100",
-}
-"""When to speak over the answer: an event, not a time, however slow the machine."""
-
-
-async def say(page: Page, samples: np.ndarray) -> tuple[float, float]:
-    """Speak into the page's scripted microphone now: when the clip begins and ends (page ms)."""
-    pcm = base64.b64encode(float_to_pcm16(samples)).decode()
-    began = await page.evaluate("([pcm, rate]) => window.scriptedMicrophone.say(pcm, rate)", [pcm, SPEECH_RATE])
-    return began, began + 1000 * len(samples) / SPEECH_RATE
-
-
-async def within(page: Page, condition: str, timeout_s: float) -> bool:
-    """Whether the page's ``condition`` came true within the time."""
-    try:
-        await page.wait_for_function(condition, timeout=timeout_s * 1000)
-    except PlaywrightTimeoutError:
-        return False
-    return True
-
-
-async def until(page: Page, condition: str, timeout_s: float, failure: str) -> None:
-    if not await within(page, condition, timeout_s):
-        raise AssertionError(f"{failure}: {await seen(page)}")
 
 
 @TRANSPORTS
