@@ -69,6 +69,7 @@ async def test_speech_over_a_paced_answer_has_silenced_it_by_its_confirmation(
             {
                 "browser_stop_after_speech_started_ms": round(stop),
                 "onset_to_last_sound_ms": round(speech_started + stop - began),
+                "onset_to_response_done_ms": round(stats["doneAt"][0] - began),  # the cancelled one
                 "most_held_ms": round(stats["mostAheadMs"]),
             }
         )
