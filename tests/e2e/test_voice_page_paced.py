@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from ray import serve
 from synthetic_app import serve_synthetic
-from voice_page import ANSWER_SOUNDING, STOP_WITHIN_MS, hang_up, open_page, say, seen, until
+from voice_page import ANSWER_SOUNDING, PLAYED_OUT, STOP_WITHIN_MS, hang_up, open_page, say, seen, until
 
 from deployments.realtime.interruptions import InterruptionRules
 from handlers.audio import SPEECH_RATE
@@ -86,8 +86,7 @@ async def test_a_hum_over_a_paced_answer_costs_a_gap_and_the_answer_plays_on(
 ) -> None:
     page = await paced_page(browser_with, paced_url)
     _, hum_ends = await say(page, backchannel_tone(0.6))
-    played_out = "window.s2s.stats.playedMs >= window.s2s.stats.receivedMs - 1"  # every chunk played
-    await until(page, f"window.s2s.stats.responses >= 1 && {played_out}", 60, "the answer never played out")
+    await until(page, f"window.s2s.stats.responses >= 1 && {PLAYED_OUT}", 60, "the answer never played out")
     stats = await page.evaluate("window.s2s.stats")
     played_on_ms = stats["lastSoundAt"] - hum_ends
     print(

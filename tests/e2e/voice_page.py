@@ -101,6 +101,8 @@ ANSWER_SOUNDING = {
     "webrtc": "window.s2s.serverPlaying && performance.now() - window.s2s.stats.lastSoundAt < 100",
 }
 """When to speak over the answer: an event, not a time, however slow the machine."""
+PLAYED_OUT = "window.s2s.stats.playedMs >= window.s2s.stats.receivedMs - 1"
+"""Over the WebSocket: every chunk of answer audio the page received has played."""
 
 
 async def say(page: Page, samples: np.ndarray) -> tuple[float, float]:
