@@ -61,9 +61,12 @@ class Speculator:
         """Whether the user is in a pause that is being answered speculatively."""
         return self._current is not None
 
-    def pause(self, end_sample: int, audio: np.ndarray, lag_s: float | None, turn_item_id: str | None) -> None:
-        """The user paused after ``audio``: transcribe it and, if a response would follow,
-        answer it held (its first output follows ``turn_item_id``, the user's turn)."""
+    def pause(
+        self, end_sample: int, audio: np.ndarray, lag_s: float | None, turn_item_id: str | None
+    ) -> "asyncio.Future[str]":
+        """The user paused after ``audio``: transcribe it (the transcript is returned) and, if a
+        response would follow, answer it held (its first output follows ``turn_item_id``, the
+        user's turn)."""
         self.drop()
         timeline = Timeline()
         timeline.mark("speech_paused")
@@ -78,6 +81,7 @@ class Speculator:
             run.follows = turn_item_id
             self._outbox.hold(run.id)
             speculation.run = self._responder.start(run)
+        return transcript
 
     def drop(self) -> None:
         """Speech resumed (or the input restarted): nothing of the pause is kept."""

@@ -5,10 +5,13 @@ and the utterance so far goes to Smart Turn (``handlers.turn_end``). Smart Turn 
 prosody, and a fragment said like a statement ("Can you tell me") sounds whole to it, so
 the words are a second signal: the utterance's transcript goes to the LLM, which says how
 likely the message is to end there (``Stages.message_ends``). Complete by both, the turn
-ends at once: sooner than a silence timer would end it. Incomplete ("I'd like to book a flight
-to …"), the turn is held: if the user speaks again before the pause has lasted the bound
-``eagerness`` sets (``EAGERNESS_SILENCE_MS``), the speech continues the same utterance (one
-item, no new ``speech_started``); if not, the turn ends at the bound. Speculation starts at
+ends at once: sooner than a silence timer would end it. The verdict is asked when the pause
+begins, with the pause's own transcript (speculation's), so it is mostly in hand by the time
+the pause has lasted ``SEMANTIC_PAUSE_MS``, and the utterance is transcribed once.
+Incomplete ("I'd like to book a flight to …"), the turn is held: if the user speaks again
+before the pause has lasted the bound ``eagerness`` sets (``EAGERNESS_SILENCE_MS``), the
+speech continues the same utterance (one item, no new ``speech_started``); if not, the turn
+ends at the bound. Speculation starts at
 the pause as always, so a confident end costs nothing extra; a turn that goes on drops it.
 If the model fails the turn ends at once (logged): an answer late is worse than early.
 
@@ -20,7 +23,7 @@ once no audio at all has come for as long as the rest of the bound would take in
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -54,13 +57,27 @@ EndTurn = Callable[[SpeechStopped, np.ndarray, float | None], None]
 
 
 @dataclass
+class _Verdict:
+    """Whether the utterance ending at ``end_sample`` is a complete turn, being asked."""
+
+    end_sample: int
+    complete: "asyncio.Future[bool]"
+    asking: "asyncio.Task[None]"
+
+    def cancel(self) -> None:
+        self.asking.cancel()
+        self.complete.cancel()
+
+
+@dataclass
 class _Held:
     stop: SpeechStopped
     audio: np.ndarray
     lag_s: float | None
     deadline: int
     """The sample at which the pause has lasted the bound: the turn ends there."""
-    verdict: asyncio.Task[None] | None = None
+    asked: _Verdict
+    decision: asyncio.Task[None] | None = None
 
 
 class TurnEnd:
@@ -73,6 +90,8 @@ class TurnEnd:
         self._held: _Held | None = None
         self._earlier: _Held | None = None
         """A held turn the user went on speaking: what the utterance began with."""
+        self._paused: _Verdict | None = None
+        """The verdict asked when the current pause began."""
 
     @property
     def continuing(self) -> bool:
@@ -83,15 +102,31 @@ class TurnEnd:
         """``audio`` of the utterance under way, with what it continues put before it."""
         return audio if self._earlier is None else np.concatenate([self._earlier.audio, audio])
 
+    def paused(self, end_sample: int, utterance: np.ndarray, transcript: "asyncio.Future[str]") -> None:
+        """A pause began after ``utterance`` (``transcript``: speculation's): ask the verdict now."""
+        self.pause_ended()
+        self._paused = self._ask(end_sample, utterance, asyncio.shield(transcript))
+
+    def pause_ended(self) -> None:
+        """The pause did not become a stop this verdict could decide: it is void."""
+        verdict, self._paused = self._paused, None
+        if verdict is not None:
+            verdict.cancel()
+
     def stopped(self, stop: SpeechStopped, audio: np.ndarray, lag_s: float | None, eagerness: str) -> None:
-        """The VAD heard a pause of ``SEMANTIC_PAUSE_MS``: ask the model, hold the turn."""
+        """The VAD heard a pause of ``SEMANTIC_PAUSE_MS``: hold the turn for the verdict."""
         earlier, self._earlier = self._earlier, None
         if earlier is not None:  # one utterance from the first onset
             stop = SpeechStopped(earlier.stop.start_sample, stop.end_sample, too_short=False)
         utterance = audio if earlier is None else np.concatenate([earlier.audio, audio])
+        asked, self._paused = self._paused, None
+        if asked is None or asked.end_sample != stop.end_sample:  # no pause heard this utterance
+            if asked is not None:
+                asked.cancel()
+            asked = self._ask(stop.end_sample, utterance, self._stages.transcribe(utterance))
         deadline = stop.end_sample + ms_to_samples(EAGERNESS_SILENCE_MS[eagerness])  # the pause began there
-        held = self._held = _Held(stop, utterance, lag_s, deadline)
-        held.verdict = self._spawn(self._decide(held))
+        held = self._held = _Held(stop, utterance, lag_s, deadline, asked)
+        held.decision = self._spawn(self._decide(held))
         self._audio.notify_at(held.deadline)
 
     def resumed(self) -> bool:
@@ -99,8 +134,7 @@ class TurnEnd:
         held, self._held = self._held, None
         if held is None:
             return False
-        if held.verdict is not None:
-            held.verdict.cancel()
+        self._cancel(held)
         self._earlier = held
         return True
 
@@ -110,16 +144,26 @@ class TurnEnd:
             self._end(held)  # a pause as long as the bound: the turn is over, complete or not
 
     def reset(self) -> None:
-        if self._held is not None and self._held.verdict is not None:
-            self._held.verdict.cancel()
+        self.pause_ended()
+        if self._held is not None:
+            self._cancel(self._held)
         self._held = self._earlier = None
 
-    async def _decide(self, held: _Held) -> None:
+    def _ask(self, end_sample: int, utterance: np.ndarray, transcript: Awaitable[str]) -> _Verdict:
+        complete: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        return _Verdict(end_sample, complete, self._spawn(self._judge(utterance, transcript, complete)))
+
+    async def _judge(self, utterance: np.ndarray, transcript: Awaitable[str], complete: "asyncio.Future[bool]") -> None:
         try:
-            complete = await self._complete(held.audio)
+            verdict = await self._complete(utterance, transcript)
         except StageFailure as failure:
             logger.warning("end-of-turn model: %s; the turn ends now", failure.message)
-            complete = True
+            verdict = True
+        if not complete.done():
+            complete.set_result(verdict)
+
+    async def _decide(self, held: _Held) -> None:
+        complete = await held.asked.complete
         if not complete and not await self._input_stalls(held):
             return  # the audio reaches the bound: ``heard`` ends the turn there
         if self._held is held:
@@ -135,11 +179,9 @@ class TurnEnd:
                 return True
         return False
 
-    async def _complete(self, utterance: np.ndarray) -> bool:
+    async def _complete(self, utterance: np.ndarray, transcript: Awaitable[str]) -> bool:
         """Smart Turn and the words, asked at once; complete when both say so."""
-        results = await asyncio.gather(
-            self._stages.end_of_turn(utterance), self._stages.transcribe(utterance), return_exceptions=True
-        )
+        results = await asyncio.gather(self._stages.end_of_turn(utterance), transcript, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result  # each is awaited: none is left unretrieved
@@ -150,6 +192,11 @@ class TurnEnd:
 
     def _end(self, held: _Held) -> None:
         self._held = None
-        if held.verdict is not None and held.verdict is not asyncio.current_task():
-            held.verdict.cancel()
+        self._cancel(held)
         self._end_turn(held.stop, held.audio, held.lag_s)
+
+    @staticmethod
+    def _cancel(held: _Held) -> None:
+        held.asked.cancel()
+        if held.decision is not None and held.decision is not asyncio.current_task():
+            held.decision.cancel()

@@ -113,14 +113,18 @@ class TurnTaker:
         elif isinstance(vad, SpeechPaused):
             assert event.audio is not None
             utterance = self.turn_end.utterance(event.audio)
-            self.speculator.pause(vad.sample, utterance, event.lag_s, self._speech_item_id)
+            transcript = self.speculator.pause(vad.sample, utterance, event.lag_s, self._speech_item_id)
+            if self._settings.eagerness is not None:
+                self.turn_end.paused(vad.sample, utterance, transcript)
         elif isinstance(vad, SpeechResumed):
             self.speculator.drop()
+            self.turn_end.pause_ended()
         elif isinstance(vad, SpeechStopped):
             assert event.audio is not None
             if self._settings.eagerness is not None and (not vad.too_short or self.turn_end.continuing):
                 self.turn_end.stopped(vad, event.audio, event.lag_s, self._settings.eagerness)
             else:
+                self.turn_end.pause_ended()
                 self._end_turn(vad, event.audio, event.lag_s)
         else:
             self.turn_end.heard(vad.sample)

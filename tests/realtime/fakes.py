@@ -123,10 +123,11 @@ class FakeStages:
         self.stt_gate = Gate()
         self.turn_end_gate = Gate()
         self.complete_of: Callable[[np.ndarray], float] = lambda utterance: 1.0
+        """Smart Turn's verdict on an utterance (default: every one is complete)."""
+        self.end_of_turn_calls: list[FakeCall] = []
         self.message_ends_of: Callable[[str], float] = lambda text: 1.0
         """The LLM's probability that a user's message ends (``Stages.message_ends``)."""
         self.message_ends_asked: list[str] = []
-        """Smart Turn's verdict on an utterance (default: every one is complete)."""
         self.transcript = "Question one."
         self.transcript_of: Callable[[np.ndarray], str] | None = None
         """When set, the transcript of the audio given (else ``transcript``)."""
@@ -172,6 +173,7 @@ class FakeStages:
 
     def end_of_turn(self, utterance: np.ndarray) -> FakeCall:
         call = FakeCall(lambda: self.complete_of(utterance), self.turn_end_gate)
+        self.end_of_turn_calls.append(call)
         self._changed.set()
         return call
 

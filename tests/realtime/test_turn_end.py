@@ -36,6 +36,22 @@ async def test_a_complete_turn_ends_at_a_short_pause() -> None:
         assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
 
 
+async def test_the_verdict_is_asked_when_the_pause_begins_and_the_turn_is_transcribed_once() -> None:
+    """Asked at the stop (200 ms in), the verdict would add its own time to every turn, and
+    transcribe the utterance a second time beside speculation's transcript of it."""
+    stages = FakeStages()
+    async with Harness(stages) as h:
+        await open_semantic(h)
+        append_audio(h.socket, speech(1, silence_s=0.1))  # a pause, not yet a stop
+        await stages.until(lambda: stages.message_ends_asked == ["Question one."])
+        assert len(stages.end_of_turn_calls) == 1
+        assert not h.socket.of_type("input_audio_buffer.speech_stopped")
+        append_audio(h.socket, speech(1, seconds=0.0, silence_s=0.2))
+        assert (await h.socket.wait_type("response.done"))["response"]["status"] == "completed"
+        assert len(stages.stt_calls) == 1, "speculation's transcript serves the verdict and the item"
+        assert len(stages.end_of_turn_calls) == 1
+
+
 async def test_an_incomplete_turn_waits_and_the_speech_after_the_pause_continues_it() -> None:
     stages = FakeStages()
     stages.complete_of = complete_when_long
