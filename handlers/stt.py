@@ -8,8 +8,16 @@ A voice turn is a few seconds long, so by default the encoder sees the utterance
 seconds of silence instead of Whisper's fixed 30 s window (``STTConfig.context_padding_s``),
 decoded greedily by CTranslate2 with faster-whisper's own tokenizer and features; a decode
 that runs away falls back to faster-whisper's full-window transcription.
+
+In that short window tiny.en often says the utterance again once it has said it ("What is
+the capital of France? What is the capital of France?"): 11 of 24 Piper-spoken questions
+cut as the VAD cuts them, with 0-300 ms of silence before the speech. Too short for
+Whisper's own loop tests to see, so a turn's transcript is decoded with timestamps, and
+what is said again, from a segment that starts past the end of the audio or repeats the
+one before it, is dropped.
 """
 
+import re
 import zlib
 
 import numpy as np
@@ -49,6 +57,8 @@ class STTConfig(BaseModel):
 
 COMPRESSION_RATIO_LIMIT = 2.4
 """Whisper's own test for a decoding stuck in a loop (zlib ratio of the text)."""
+SECONDS_PER_TIMESTAMP = 0.02
+"""Whisper's timestamp tokens count time in steps of 20 ms."""
 TOKENS_PER_SECOND_LIMIT = 10
 """Speech runs at ~3 tokens/s; more than this per second of audio is a runaway decode."""
 OVER_ANSWER_TOKENS = (5, 3)
@@ -86,10 +96,10 @@ class SpeechToText:
             language=self.config.language or "en",
         )
         self._tokenizer = tokenizer
-        self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        self._timed_prompt = list(tokenizer.sot_sequence)
         previous = self.config.over_answer_prompt.strip()
         hums = [tokenizer.sot_prev, *tokenizer.encode(" " + previous)] if previous else []
-        self._over_answer_prompt = hums + self._prompt
+        self._over_answer_prompt = [*hums, *tokenizer.sot_sequence, tokenizer.no_timestamps]
         self._suppressed = get_suppressed_tokens(tokenizer, (-1,))
 
     def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
@@ -119,7 +129,7 @@ class SpeechToText:
         encoded = self._model.encode(pad_or_trim(features, frames))
         per_second, extra = OVER_ANSWER_TOKENS if over_answer else (TOKENS_PER_SECOND_LIMIT, 10)
         max_new = int(per_second * audio.size / SPEECH_RATE) + extra
-        prompt = self._over_answer_prompt if over_answer else self._prompt
+        prompt = self._over_answer_prompt if over_answer else self._timed_prompt
         (result,) = self._model.model.generate(
             encoded,
             [prompt],
@@ -129,8 +139,45 @@ class SpeechToText:
             suppress_tokens=self._suppressed,
         )
         tokens = result.sequences_ids[0]
-        text = str(self._tokenizer.decode(tokens)).strip()
-        return text, len(tokens) >= max_new or _compression_ratio(text) > COMPRESSION_RATIO_LIMIT
+        if over_answer:  # a look keeps whatever it heard, said again or not
+            text, said_again = str(self._tokenizer.decode(tokens)).strip(), False
+        else:
+            text, said_again = self._said_once(tokens, audio.size / SPEECH_RATE)
+        ran_to_the_limit = len(tokens) >= max_new and not said_again
+        return text, ran_to_the_limit or _compression_ratio(text) > COMPRESSION_RATIO_LIMIT
+
+    def _said_once(self, tokens: list[int], audio_s: float) -> tuple[str, bool]:
+        """The text of a timestamped decode, less what it says again (``True``: it did): the
+        segments that start past the end of the audio, and from a sentence on, words that
+        repeat the utterance's beginning (at least three, or all of what came before)."""
+        begin = self._tokenizer.timestamp_begin
+        segments: list[tuple[float, list[int]]] = []
+        start_s, words = 0.0, []
+        for token in tokens:
+            if token < begin:
+                words.append(token)
+                continue
+            if words:  # a segment's end, and the next one's start unless a start follows
+                segments.append((start_s, words))
+                words = []
+            start_s = (token - begin) * SECONDS_PER_TIMESTAMP
+        if words:
+            segments.append((start_s, words))
+        spoken = [s for start_s, s in segments if start_s < audio_s]
+        sentences = [
+            sentence
+            for s in spoken
+            for sentence in _SENTENCE_END.split(str(self._tokenizer.decode(s)).strip())
+            if _words(sentence)
+        ]
+        heard = _words(" ".join(sentences))
+        said = 0
+        for index, sentence in enumerate(sentences):
+            again = heard[said:]
+            if index and len(again) >= min(3, said) and again == heard[: len(again)]:
+                return " ".join(sentences[:index]), True
+            said += len(_words(sentence))
+        return " ".join(sentences), len(spoken) < len(segments)
 
     def _transcribe_full(self, audio: np.ndarray) -> str:
         segments, _info = self._model.transcribe(
@@ -142,6 +189,13 @@ class SpeechToText:
             vad_filter=False,
         )
         return " ".join(text for segment in segments if (text := segment.text.strip()))
+
+
+_SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[\w']+", text.lower())
 
 
 def _compression_ratio(text: str) -> float:

@@ -22,7 +22,8 @@ Per mode:
   ``response.done``; ``onset_to_last_heard_ms``: to the last sound of the answer for a
   client that plays the audio as it comes and stops at ``speech_started`` (a paced answer's
   send pauses at the candidate, so the client runs out of audio within the lead);
-- ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer;
+- ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer,
+  with the server's timeline of each step (``GET /stats/turns``, medians);
 - ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
   plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
   stopping, and what became of the answer.
@@ -49,9 +50,11 @@ from loadtest.bench_e2e import (
     LONG_QUESTION,
     QUESTIONS,
     Speaker,
+    breakdown,
     percentile,
     percentiles,
     receive,
+    server_timelines,
     start_local_app,
     wait_for,
 )
@@ -232,18 +235,22 @@ async def bench_interruptions(
     }
 
 
-async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
-    latencies = []
-    for question in QUESTIONS:
+async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker, repeat: int = 1) -> dict[str, Any]:
+    """Each question asked ``repeat`` times; with the server's own timeline of the answers
+    (medians of each step, from the end of the turn)."""
+    latencies, answers = [], []
+    for question in QUESTIONS * repeat:
         async with new_round(url, mode) as round_:
             speech = speaker.speech(question)
             _, speech_end = await round_.send(speech + silence(3.0), voiced_bytes=len(speech))  # a live mic
-            at, _ = await wait_for(round_.log, lambda e: e.type == "response.output_audio.delta", 60)
+            at, first = await wait_for(round_.log, lambda e: e.type == "response.output_audio.delta", 60)
         latencies.append((at - speech_end) * 1000)
+        answers.append(str(first.response_id))
     return {
-        "turns": len(QUESTIONS),
+        "turns": len(latencies),
         "voice_to_voice_ms_p50": percentile(latencies, 50),
         "voice_to_voice_ms_p95": percentile(latencies, 95),
+        "server": breakdown(server_timelines(url, answers)),
     }
 
 
@@ -304,7 +311,9 @@ async def main() -> None:
     parser.add_argument("--config", type=Path, default=CONFIG, help="Serve config of the app to start")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
-    parser.add_argument("--repeat", type=int, default=1, help="say each real interruption this many times")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="say each real interruption, and ask each question, this many times"
+    )
     parser.add_argument(
         "--into-s", type=float, default=1.0, help="how far into an answer its listener speaks over it (default 1 s)"
     )
@@ -319,7 +328,7 @@ async def main() -> None:
         result[name] = {}
         for part in args.parts:
             extra: dict[str, Any] = {"into_s": args.into_s} if part in ("interruptions", "backchannels") else {}
-            if part == "interruptions":
+            if part in ("interruptions", "voice_to_voice"):
                 extra["repeat"] = args.repeat
             result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
         print(json.dumps({name: result[name]}), flush=True)

@@ -99,6 +99,21 @@ def test_stt_short_window_hears_what_the_full_window_hears(stt: SpeechToText, sp
     assert all(_compression_ratio(text) < COMPRESSION_RATIO_LIMIT for text in window), f"a runaway decode: {window}"
 
 
+@pytest.mark.parametrize("silence_before_ms", [0, 100])
+def test_the_windowed_stt_says_an_utterance_once(
+    tts: TextToSpeech, served_stt: SpeechToText, silence_before_ms: int
+) -> None:
+    """Speech cut as the VAD cuts it, with little silence before it (a push-to-talk press, a
+    session's first words): in the short window tiny.en went on to say most of these
+    questions again ("What color is the sky? What color is the sky?"), which no runaway test
+    caught, and the LLM was asked the question twice."""
+    before = np.zeros(silence_before_ms * SPEECH_RATE // 1000, dtype=np.float32)
+    after = np.zeros(30 * SPEECH_RATE // 1000, dtype=np.float32)  # silero's end padding
+    heard = [served_stt.transcribe(np.concatenate([before, steady_voice(tts, q), after])) for q in QUESTIONS]
+    errors = [jiwer.wer(normalise(q), normalise(text)) for q, text in zip(QUESTIONS, heard, strict=True)]
+    assert max(errors) <= HEARD_WER, heard
+
+
 def test_tts_speech_transcribes_back_to_its_text(tts: TextToSpeech, stt: SpeechToText) -> None:
     text = (
         "Paris is the capital of France, a country in western Europe. "
