@@ -12,9 +12,10 @@ that runs away falls back to faster-whisper's full-window transcription.
 In that short window tiny.en often says the utterance again once it has said it ("What is
 the capital of France? What is the capital of France?"): 11 of 24 Piper-spoken questions
 cut as the VAD cuts them, with 0-300 ms of silence before the speech. Too short for
-Whisper's own loop tests to see, so a turn's transcript is decoded with timestamps, and
-what is said again, from a segment that starts past the end of the audio or repeats the
-one before it, is dropped.
+Whisper's own loop tests to see, so a turn's transcript ends before the sentence that says
+its beginning again. (Decoding with timestamps, to drop what starts past the audio, was
+tried: it caught only the repeats that came as segments of their own, and now and then
+ended a segment at once at an absurd time, "M" for "Name a fruit that is yellow.")
 """
 
 import re
@@ -57,8 +58,6 @@ class STTConfig(BaseModel):
 
 COMPRESSION_RATIO_LIMIT = 2.4
 """Whisper's own test for a decoding stuck in a loop (zlib ratio of the text)."""
-SECONDS_PER_TIMESTAMP = 0.02
-"""Whisper's timestamp tokens count time in steps of 20 ms."""
 TOKENS_PER_SECOND_LIMIT = 10
 """Speech runs at ~3 tokens/s; more than this per second of audio is a runaway decode."""
 OVER_ANSWER_TOKENS = (5, 3)
@@ -96,10 +95,10 @@ class SpeechToText:
             language=self.config.language or "en",
         )
         self._tokenizer = tokenizer
-        self._timed_prompt = list(tokenizer.sot_sequence)
+        self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
         previous = self.config.over_answer_prompt.strip()
         hums = [tokenizer.sot_prev, *tokenizer.encode(" " + previous)] if previous else []
-        self._over_answer_prompt = [*hums, *tokenizer.sot_sequence, tokenizer.no_timestamps]
+        self._over_answer_prompt = hums + self._prompt
         self._suppressed = get_suppressed_tokens(tokenizer, (-1,))
 
     def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
@@ -129,7 +128,7 @@ class SpeechToText:
         encoded = self._model.encode(pad_or_trim(features, frames))
         per_second, extra = OVER_ANSWER_TOKENS if over_answer else (TOKENS_PER_SECOND_LIMIT, 10)
         max_new = int(per_second * audio.size / SPEECH_RATE) + extra
-        prompt = self._over_answer_prompt if over_answer else self._timed_prompt
+        prompt = self._over_answer_prompt if over_answer else self._prompt
         (result,) = self._model.model.generate(
             encoded,
             [prompt],
@@ -139,45 +138,26 @@ class SpeechToText:
             suppress_tokens=self._suppressed,
         )
         tokens = result.sequences_ids[0]
-        if over_answer:  # a look keeps whatever it heard, said again or not
-            text, said_again = str(self._tokenizer.decode(tokens)).strip(), False
-        else:
-            text, said_again = self._said_once(tokens, audio.size / SPEECH_RATE)
+        text, said_again = str(self._tokenizer.decode(tokens)).strip(), False
+        if not over_answer:  # a look keeps whatever it heard, said again or not
+            text, said_again = self._said_once(text)
         ran_to_the_limit = len(tokens) >= max_new and not said_again
         return text, ran_to_the_limit or _compression_ratio(text) > COMPRESSION_RATIO_LIMIT
 
-    def _said_once(self, tokens: list[int], audio_s: float) -> tuple[str, bool]:
-        """The text of a timestamped decode, less what it says again (``True``: it did): the
-        segments that start past the end of the audio, and from a sentence on, words that
-        repeat the utterance's beginning (at least three, or all of what came before)."""
-        begin = self._tokenizer.timestamp_begin
-        segments: list[tuple[float, list[int]]] = []
-        start_s, words = 0.0, []
-        for token in tokens:
-            if token < begin:
-                words.append(token)
-                continue
-            if words:  # a segment's end, and the next one's start unless a start follows
-                segments.append((start_s, words))
-                words = []
-            start_s = (token - begin) * SECONDS_PER_TIMESTAMP
-        if words:
-            segments.append((start_s, words))
-        spoken = [s for start_s, s in segments if start_s < audio_s]
-        sentences = [
-            sentence
-            for s in spoken
-            for sentence in _SENTENCE_END.split(str(self._tokenizer.decode(s)).strip())
-            if _words(sentence)
-        ]
-        heard = _words(" ".join(sentences))
+    @staticmethod
+    def _said_once(text: str) -> tuple[str, bool]:
+        """``text`` up to the sentence from which it says its beginning again (at least three
+        words of it, or all that came before; the last maybe cut short by the token limit),
+        and whether it did."""
+        sentences = [sentence for sentence in _SENTENCE_END.split(text) if _words(sentence)]
+        heard = _words(text)
         said = 0
         for index, sentence in enumerate(sentences):
             again = heard[said:]
-            if index and len(again) >= min(3, said) and again == heard[: len(again)]:
+            if index and len(again) >= min(3, said) and _begins_with(heard, again):
                 return " ".join(sentences[:index]), True
             said += len(_words(sentence))
-        return " ".join(sentences), len(spoken) < len(segments)
+        return text, False
 
     def _transcribe_full(self, audio: np.ndarray) -> str:
         segments, _info = self._model.transcribe(
@@ -196,6 +176,11 @@ _SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 
 def _words(text: str) -> list[str]:
     return re.findall(r"[\w']+", text.lower())
+
+
+def _begins_with(words: list[str], start: list[str]) -> bool:
+    """Whether ``words`` begin with ``start``, whose last word may be cut short."""
+    return words[: len(start) - 1] == start[:-1] and words[len(start) - 1].startswith(start[-1])
 
 
 def _compression_ratio(text: str) -> float:
