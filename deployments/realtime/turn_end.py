@@ -4,8 +4,9 @@ Under ``semantic_vad`` the VAD reports a stop after a short pause (``SEMANTIC_PA
 and the utterance so far goes to Smart Turn (``handlers.turn_end``). Smart Turn reads
 prosody, and a fragment said like a statement ("Can you tell me") sounds whole to it, so
 the words are a second signal: the utterance's transcript goes to the LLM, which says how
-likely the message is to end there (``Stages.message_ends``). Complete by both, the turn
-ends at once: sooner than a silence timer would end it. The verdict is asked when the pause
+likely the message is to end there (``Stages.message_ends``). Words sure either way decide
+(a fragment is held, a whole message ends), else Smart Turn does. Complete, the turn ends at
+once: sooner than a silence timer would end it. The verdict is asked when the pause
 begins, with the pause's own transcript (speculation's), so it is mostly in hand by the time
 the pause has lasted ``SEMANTIC_PAUSE_MS``, and the utterance is transcribed once.
 Incomplete ("I'd like to book a flight to …"), the turn is held: if the user speaks again
@@ -48,10 +49,15 @@ STALLED_INPUT_S = 0.5
 """How long past due the pause's audio may be before the client counts as no longer sending
 (real-time clients send a frame every 20-100 ms)."""
 WORDS_END_ABOVE = 0.03
-"""The LLM's probability of the message ending, above which its words are complete.
-SmolLM2-135M (vLLM) on tiny.en's transcripts of Piper-spoken fragments: 0.000 to 0.026
-("Tell me about."); of whole questions 0.04 to 0.95, but "Thank you." 0.011 and "I need help
-with my order." 0.003, which then wait for the eagerness bound (docs/bench/README.md)."""
+"""The LLM's probability of the message ending, at or below which its words are a fragment
+and the turn is held, however it sounds. SmolLM2-135M (vLLM) on tiny.en's transcripts of
+Piper-spoken fragments: 0.000 to 0.026 ("Tell me about."); of whole questions 0.04 to 0.95,
+but "Thank you." 0.011 and "I need help with my order." 0.003, which then wait for the
+eagerness bound (docs/bench/README.md)."""
+WORDS_WHOLE_ABOVE = 0.3
+"""Above this the words are a whole message and the turn ends, however it sounds: Smart Turn
+heard Piper's "What color is the sky?" as unfinished (0.16-0.45), and held it to the bound,
+while its words read 0.39 (fragments: at most 0.026). Between the two, Smart Turn decides."""
 
 EndTurn = Callable[[SpeechStopped, np.ndarray, float | None], None]
 
@@ -180,15 +186,23 @@ class TurnEnd:
         return False
 
     async def _complete(self, utterance: np.ndarray, transcript: Awaitable[str]) -> bool:
-        """Smart Turn and the words, asked at once; complete when both say so."""
-        results = await asyncio.gather(self._stages.end_of_turn(utterance), transcript, return_exceptions=True)
+        """Smart Turn and the words, asked at once: words sure either way decide, else the
+        sound does."""
+        results = await asyncio.gather(
+            self._stages.end_of_turn(utterance), self._words_end(transcript), return_exceptions=True
+        )
         for result in results:
             if isinstance(result, BaseException):
                 raise result  # each is awaited: none is left unretrieved
-        sound, words = cast(tuple[float, str], tuple(results))
-        if sound <= COMPLETE_ABOVE:
-            return False
-        return not words.strip() or await self._stages.message_ends(words) > WORDS_END_ABOVE
+        sound, words = cast(tuple[float, float | None], tuple(results))
+        if words is not None and (words <= WORDS_END_ABOVE or words > WORDS_WHOLE_ABOVE):
+            return words > WORDS_WHOLE_ABOVE
+        return sound > COMPLETE_ABOVE
+
+    async def _words_end(self, transcript: Awaitable[str]) -> float | None:
+        """How likely the words are to end the message (``None``: no words were heard)."""
+        words = await transcript
+        return await self._stages.message_ends(words) if words.strip() else None
 
     def _end(self, held: _Held) -> None:
         self._held = None

@@ -125,8 +125,9 @@ class FakeStages:
         self.complete_of: Callable[[np.ndarray], float] = lambda utterance: 1.0
         """Smart Turn's verdict on an utterance (default: every one is complete)."""
         self.end_of_turn_calls: list[FakeCall] = []
-        self.message_ends_of: Callable[[str], float] = lambda text: 1.0
-        """The LLM's probability that a user's message ends (``Stages.message_ends``)."""
+        self.message_ends_of: Callable[[str], float] = lambda text: 0.1
+        """The LLM's probability that a user's message ends (``Stages.message_ends``; default:
+        not sure either way, so Smart Turn's verdict decides)."""
         self.message_ends_asked: list[str] = []
         self.transcript = "Question one."
         self.transcript_of: Callable[[np.ndarray], str] | None = None

@@ -97,6 +97,20 @@ async def test_words_that_end_a_message_end_the_turn_with_the_sound() -> None:
         assert stages.message_ends_asked == ["What is the capital of France?"]
 
 
+async def test_words_that_surely_end_a_message_end_a_turn_that_sounds_unfinished() -> None:
+    """Smart Turn hears a whole question as unfinished; its words say it is whole: the turn
+    ends at the pause, and the speech after it is a turn of its own."""
+    stages = FakeStages()
+    stages.complete_of = lambda utterance: 0.1
+    stages.message_ends_of = lambda text: 0.9
+    async with Harness(stages) as h:
+        await open_semantic(h, "low")  # held, the turn would wait through 3 s of silence
+        append_audio(h.socket, speech(1, silence_s=0.3))
+        stopped = await h.socket.wait_type("input_audio_buffer.speech_stopped")
+        assert 900 <= stopped["audio_end_ms"] <= 1100
+        assert stages.message_ends_asked == ["Question one."]
+
+
 async def test_an_incomplete_turn_ends_when_its_pause_reaches_the_eagerness_bound() -> None:
     stages = FakeStages()
     stages.complete_of = lambda utterance: 0.1
