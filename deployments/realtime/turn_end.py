@@ -12,8 +12,8 @@ the pause has lasted ``SEMANTIC_PAUSE_MS``, and the utterance is transcribed onc
 Incomplete ("I'd like to book a flight to …"), the turn is held: if the user speaks again
 before the pause has lasted the bound ``eagerness`` sets (``EAGERNESS_SILENCE_MS``), the
 speech continues the same utterance (one item, no new ``speech_started``); if not, the turn
-ends at the bound. Speculation starts at
-the pause as always, so a confident end costs nothing extra; a turn that goes on drops it.
+ends at the bound. Speculation starts at the pause as always, so a confident end costs
+nothing extra; a turn that goes on drops it.
 If the model fails the turn ends at once (logged): an answer late is worse than early.
 
 The bound is counted in input audio, as every VAD time is. A client that stops sending after
