@@ -47,6 +47,7 @@ from typing import Any
 import psutil
 
 from loadtest.echo_server import ANSWER_S, ANSWER_SPEED, EchoServer
+from loadtest.loop_lag import LoopLag
 
 CONFIGS = {
     "deflate": ("deflate", True),
@@ -54,7 +55,6 @@ CONFIGS = {
     "server_off": ("deflate", False),
 }
 """Setting -> (client ``compression``, server ``ws_per_message_deflate``)."""
-LAG_EVERY_S = 0.05
 
 
 def _cpu_s(process: psutil.Process) -> tuple[float, float]:
@@ -89,13 +89,6 @@ async def _negotiated(url: str, compression: str | None) -> str | None:
     async with websockets.connect(url, compression=compression) as ws:
         assert ws.response is not None
         return ws.response.headers.get("Sec-WebSocket-Extensions")
-
-
-async def _loop_lag(lags: list[float]) -> None:
-    while True:
-        before = time.monotonic()
-        await asyncio.sleep(LAG_EVERY_S)
-        lags.append(time.monotonic() - before - LAG_EVERY_S)
 
 
 async def measure(
@@ -134,16 +127,14 @@ async def measure(
         return log
 
     before = server.stats() or {}
-    lags: list[float] = []
-    lagging = asyncio.ensure_future(_loop_lag(lags))
     me = psutil.Process()
     client_before, server_before, started = _cpu_s(me), _cpu_s(server.cpu), time.monotonic()
-    logs = await asyncio.gather(*(session(i) for i in range(sessions)))
+    async with LoopLag() as loop_lag:
+        logs = await asyncio.gather(*(session(i) for i in range(sessions)))
     client_user, client_system = (now - then for now, then in zip(_cpu_s(me), client_before, strict=True))
     server_cpu = sum(_cpu_s(server.cpu)) - sum(server_before)
     client_cpu = client_user + client_system
     wall = time.monotonic() - started
-    lagging.cancel()
     after = server.stats() or {}
     session_s = sum(lived)
     events_in = after["events_out"] - before.get("events_out", 0)  # the server's out, the client's in
@@ -154,7 +145,7 @@ async def measure(
     for log in logs:
         for code, count in log.errors.items():
             errors[code] = errors.get(code, 0) + count
-    lags.sort()
+    lags = sorted(loop_lag.lags_s())
     return {
         "sessions": sessions,
         "negotiated": extensions,

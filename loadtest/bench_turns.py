@@ -27,6 +27,10 @@ Per mode:
 - ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
   plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
   stopping, and what became of the answer.
+
+Client and server share this machine's cores, so ``interruptions`` and ``webrtc`` also say
+how late the client's own event loop ran while each was measured (``client_loop_late_ms``,
+``loadtest.loop_lag``): a figure with a late loop is partly the client's.
 """
 
 import argparse
@@ -59,6 +63,7 @@ from loadtest.bench_e2e import (
     wait_for,
 )
 from loadtest.listener import last_heard
+from loadtest.loop_lag import LoopLag
 from loadtest.prompts import with_pause
 from loadtest.webrtc_call import Call
 
@@ -185,13 +190,13 @@ async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker, i
 
 
 async def bench_interruptions(
-    url: str, mode: dict[str, Any], speaker: Speaker, into_s: float, repeat: int = 1
+    url: str, mode: dict[str, Any], speaker: Speaker, into_s: float, loop_lag: LoopLag, repeat: int = 1
 ) -> dict[str, Any]:
     """Each real interruption said ``repeat`` times, ``into_s`` into a long answer. It is stopped
     when ``speech_started`` comes (a WebSocket client stops its playback there: it has the
     answer's audio ahead of real time); the answer's ``response.done`` is ``cancelled`` too
     if it was still being sent, and came before the speech if it had all been sent."""
-    missed, to_stop, to_done, to_last_heard, sent_whole = 0, [], [], [], 0
+    missed, to_stop, to_done, to_last_heard, late, sent_whole = 0, [], [], [], [], 0
     for said in INTERRUPTIONS * repeat:
         async with new_round(url, mode) as round_:
             answer = await round_.answer_playing(speaker, into_s)
@@ -213,6 +218,7 @@ async def bench_interruptions(
             print(f"  interruption '{said}': missed ({heard}; the answer: {answer_end})", flush=True)
             continue
         to_stop.append((stop - onset) * 1000)
+        late.append(loop_lag.worst_ms(onset, stop))
         to_last_heard.append((last_heard(old_audio, onset, stop) - onset) * 1000)
         if sent_before:
             sent_whole += 1
@@ -222,7 +228,7 @@ async def bench_interruptions(
         how = "its audio all sent before" if sent_before else f"response.done {to_done[-1]:.0f} ms"
         print(
             f"  interruption '{said}': last heard {to_last_heard[-1]:.0f} ms, speech_started"
-            f" {to_stop[-1]:.0f} ms after the onset ({how})",
+            f" {to_stop[-1]:.0f} ms after the onset ({how}; client loop late up to {late[-1]:.0f} ms)",
             flush=True,
         )
     return {
@@ -232,6 +238,7 @@ async def bench_interruptions(
         "onset_to_done_ms": percentiles(to_done),
         "answers_all_sent_before": sent_whole,
         "onset_to_last_heard_ms": percentiles(to_last_heard),
+        "client_loop_late_ms": percentiles(late),
     }
 
 
@@ -261,7 +268,7 @@ def first_silence_after(sound_at: list[float], since: float, gap_s: float = 0.2)
     return next((t for t, after in zip(heard, [*heard[1:], math.inf], strict=True) if after - t >= gap_s), None)
 
 
-async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker, loop_lag: LoopLag) -> dict[str, Any]:
     """Over a WebRTC call (the server plays the answer): speech over it pauses the track at
     once; ``onset_to_silence_ms`` is from the first frame of it sent to the last frame of the
     answer's sound before a silence of 200 ms, and whether the answer then survived."""
@@ -281,14 +288,16 @@ async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker) -> dict
             answer = started["response_id"]
             while not call.sound_at or call.sound_at[-1] - call.sound_at[0] < 1.0:  # 1 s into the answer
                 await asyncio.sleep(0.05)  # polling the caller's own track: it has no event per frame
-            onset = time.monotonic()
+            onset, onset_counter = time.monotonic(), time.perf_counter()
             await call.microphone.say(speaker.speech(said) + silence(OBSERVE_S))
             stopped = first_silence_after(call.sound_at, onset)
+            measured_s = (time.monotonic() if stopped is None else stopped) - onset
             done = next((e for e in call.of_type("response.done") if e["response"]["id"] == answer), None)
             result[kind] = {
                 "said": said,
                 "onset_to_silence_ms": None if stopped is None else round((stopped - onset) * 1000, 1),
                 "answer": done["response"]["status"] if done else "playing on",
+                "client_loop_late_ms": loop_lag.worst_ms(onset_counter, onset_counter + measured_s),
             }
             print(f"  webrtc {kind} '{said}': {result[kind]}", flush=True)
         finally:
@@ -323,15 +332,18 @@ async def main() -> None:
     for said in (*INTERRUPTIONS, *filter(None, BACKCHANNELS)):
         speaker.speech(said)  # now, not on the client's loop while an answer streams in (it stalled the sending)
     result: dict[str, Any] = {}
-    for name in args.modes:
-        print(f"{name}:", flush=True)
-        result[name] = {}
-        for part in args.parts:
-            extra: dict[str, Any] = {"into_s": args.into_s} if part in ("interruptions", "backchannels") else {}
-            if part in ("interruptions", "voice_to_voice"):
-                extra["repeat"] = args.repeat
-            result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
-        print(json.dumps({name: result[name]}), flush=True)
+    async with LoopLag() as loop_lag:
+        for name in args.modes:
+            print(f"{name}:", flush=True)
+            result[name] = {}
+            for part in args.parts:
+                extra: dict[str, Any] = {"into_s": args.into_s} if part in ("interruptions", "backchannels") else {}
+                if part in ("interruptions", "voice_to_voice"):
+                    extra["repeat"] = args.repeat
+                if part in ("interruptions", "webrtc"):
+                    extra["loop_lag"] = loop_lag
+                result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
+            print(json.dumps({name: result[name]}), flush=True)
     print(json.dumps(result))
 
 
