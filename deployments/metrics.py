@@ -44,6 +44,11 @@ class IngressMetrics:
             boundaries=LATENCY_BOUNDARIES_S,
         )
         self.cancels = metrics.Counter("s2s_cancels", "Responses cancelled, by reason.", tag_keys=("reason",))
+        self.held_dropped = metrics.Counter(
+            "s2s_held_answers_dropped",
+            "Speculative answers dropped unseen (the client never saw them created), by reason.",
+            tag_keys=("reason",),
+        )
         self.discarded = metrics.Counter("s2s_discarded_events", "Output events of cancelled responses dropped.")
         self.errors = metrics.Counter("s2s_errors", "Error events sent, by code.", tag_keys=("code",))
         self.recent_turns: deque[dict[str, Any]] = deque(maxlen=RECENT_TURNS)
@@ -68,6 +73,9 @@ class SessionMetrics:
     def cancelled(self, reason: str) -> None:
         self._cancelled_at = time.monotonic()
         self._metrics.cancels.inc(tags={"reason": reason})
+
+    def held_dropped(self, reason: str) -> None:
+        self._metrics.held_dropped.inc(tags={"reason": reason})
 
     def interruption(self, confirmed: bool, heard_s: float) -> None:
         """Speech during an answer was decided on after ``heard_s`` of it."""

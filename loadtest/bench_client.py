@@ -164,8 +164,7 @@ async def measure(
         "barge_ins": sum(turn.interruption == "barge-in" for turn in all_turns),
         "cancels": sum(turn.interruption == "cancel" for turn in all_turns),
         "cancelled": sum(response.status == "cancelled" for response in responses),
-        "stale_bytes": sum(response.stale_bytes for response in responses)
-        + sum(log.unattributed_stale_bytes for log in logs),
+        "stale_bytes": sum(log.stale_bytes for log in logs),
         "done_without_created": sum(log.done_without_created for log in logs),
         "timeouts": sum(turn.timed_out for turn in all_turns),
         "disconnects": sum(log.disconnected for log in logs),

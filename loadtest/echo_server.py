@@ -68,8 +68,8 @@ def _audio_delta(delta: str, response_id: str, item_id: str) -> str:
 
 class EchoSession:
     """One connection: an energy-free VAD (a frame of zeros is silence), a scripted answer.
-    A ``stale`` server is a broken one, for tests: it sends one more audio delta after each
-    ``response.done``."""
+    A ``stale`` server is a broken one, for tests: after each ``response.done`` it sends one
+    more audio delta of that response, and one of a response it never created."""
 
     def __init__(self, send: Send, stale: bool = False) -> None:
         self._send = send
@@ -142,6 +142,7 @@ class EchoSession:
     async def _after_done(self, response_id: str) -> None:
         if self._stale:
             await self.emit_text(_audio_delta(ANSWER_FRAMES[0], response_id, "item_stale"))
+            await self.emit_text(_audio_delta(ANSWER_FRAMES[0], f"{response_id}_uncreated", "item_stale"))
 
     async def _respond(self, question: str) -> None:
         heard, answer = f"item_{secrets.token_urlsafe(8)}", f"item_{secrets.token_urlsafe(8)}"
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m loadtest.echo_server", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--deflate", choices=["on", "off"], default="on", help="uvicorn's ws_per_message_deflate")
-    parser.add_argument("--stale", action="store_true", help="a broken server: audio after each response.done")
+    parser.add_argument("--stale", action="store_true", help="a broken server: stale audio of both kinds")
     args = parser.parse_args(argv)
     serve(args.port, args.deflate == "on", args.stale)
 

@@ -1,8 +1,11 @@
 """The load test's report: counts and latency percentiles (JSON), a Markdown table, PNG plots.
 
 Correctness counters, each of which must be zero in a healthy run:
-- ``stale_bytes``: audio of a response received after its ``response.done`` (or with no
-  ``response.created``);
+- ``stale_bytes``: audio the client must never get, split by kind in
+  ``stale_bytes_after_done`` (of a response, after its own ``response.done``) and
+  ``stale_bytes_never_created`` (of a response whose ``response.created`` never came); the
+  report's ``stale`` list names each such response, its session and the events before it
+  (the server's log names the same response id: what it did with it);
 - ``leaks``: answers that name a question their session never asked (another session's);
 - ``cut_short``: answers reported ``completed`` with fewer than ``CUT_SHORT`` of the words the
   same question got when answered alone, which no cancel of their own explains. Only answers
@@ -25,16 +28,18 @@ turn-taking's figure, not a bug's (OpenAI's ``server_vad`` ends a turn at any 50
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from loadtest.metrics import server_view
 from loadtest.prompts import PromptSet
 from loadtest.run import LoadResult
-from loadtest.session_log import Turn
+from loadtest.session_log import StaleKind, Turn
 
 CUT_SHORT = 0.5
+STALE_LISTED = 200
+"""Responses with stale audio listed by name in the report (all are counted)."""
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -84,8 +89,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         for code, count in log.errors.items():
             errors[code] = errors.get(code, 0) + count
     responses = [turn.response for turn in turns if turn.response is not None]
-    cut_off = [response for turn in turns for response in turn.cut_off_by]
-    unattributed_stale = sum(log.unattributed_stale_bytes for log in result.logs)
+    stale = stale_records(result)
     completed = sum(r.status == "completed" for r in responses)
     counts = {
         "sessions": len(result.logs),
@@ -108,7 +112,11 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "unasked_responses": sum(log.unasked_responses for log in result.logs),
         "paused_turns": sum(t.paused for t in turns),
         "cut_offs": sum(bool(t.cut_off_by) for t in turns),
-        "stale_bytes": sum(r.stale_bytes for r in [*responses, *cut_off]) + unattributed_stale,
+        "stale_bytes": sum(record["bytes"] for record in stale),
+        **{
+            f"stale_bytes_{kind}": sum(record["bytes"] for record in stale if record["kind"] == kind)
+            for kind in get_args(StaleKind)
+        },
         "leaks": sum(_leaked(log_turns, prompts) for log_turns in (log.turns for log in result.logs)),
         "cut_short": sum(_cut_short(t, result.calibrated_words, prompts) for t in turns),
         "no_response": sum(t.response is None for t in turns),
@@ -125,10 +133,22 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "completed_turns_per_s": round(completed / duration, 3) if duration else 0.0,
         "counts": counts,
         "latency_ms": {name: _percentiles(values) for name, values in sorted(samples.items())},
+        "stale": stale[:STALE_LISTED],
         "calibrated_words": result.calibrated_words,
         "timeline": result.timeline,
         "server": {**server_view(result.server_metrics), "scraped_after_end_s": result.server_scraped_after_s},
     }
+
+
+def stale_records(result: LoadResult) -> list[dict[str, Any]]:
+    """Every response with stale audio, in the order it was read: kind, session, bytes, and
+    the events that came before its first stale delta."""
+    records = [
+        {"session": log.index, "at_s": round(stale.at - result.started_at, 3), **asdict(stale)}
+        for log in result.logs
+        for stale in log.stale.values()
+    ]
+    return sorted(records, key=lambda record: record["at_s"])
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -180,8 +200,21 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {name} | {s['count']} | {s['p50']} | {s['p90']} | {s['p95']} | {s['p99']} |"
             for name, s in summary["latency_ms"].items()
         ),
+        *_stale_table(summary["stale"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _stale_table(stale: list[dict[str, Any]]) -> list[str]:
+    if not stale:
+        return []
+    rows = (
+        f"| {r['at_s']} | {r['session']} | `{r['response_id']}` | {r['kind']} | {r['deltas']} | {r['bytes']} "
+        f"| {' · '.join(r['events_before'][-4:])} |"
+        for r in stale
+    )
+    header = "| at s | session | response | kind | deltas | bytes | last events before it |"
+    return ["", "Stale audio, by response:", "", header, "|---|---|---|---|---|---|---|", *rows]
 
 
 def plot(summary: dict[str, Any], result: LoadResult, stem: Path) -> list[Path]:

@@ -1,6 +1,10 @@
 """What one load-test session heard: every server event filed, as it is read, under the turn
-and response it belongs to, and what must never happen counted (audio of a response after its
-``response.done``: stale bytes; ``response.done`` without ``response.created``; errors).
+and response it belongs to, and what must never happen counted (stale audio; ``response.done``
+without ``response.created``; errors).
+
+Stale audio is filed by kind, per response (:class:`StaleAudio`): audio of a response after its
+own ``response.done``, or of a response the session never saw created, with the events that
+came just before its first stale delta, so a report can say which failure it was and where.
 
 ``loadtest.client.Session`` speaks; ``SessionListener`` keeps the records it reads from: a
 turn is answered by the next ``response.created`` after its speech, in the order spoken. A
@@ -13,6 +17,7 @@ after the audio they are about.
 import asyncio
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +26,9 @@ from loadtest.prompts import Prompt
 from loadtest.wire import audio_size
 
 Interruption = Literal["barge-in", "cancel", "backchannel"] | None
+StaleKind = Literal["after_done", "never_created"]
+EVENTS_KEPT = 12
+"""How many of the latest events a stale response's record keeps (the order around it)."""
 
 
 @dataclass
@@ -34,12 +42,27 @@ class Response:
     """When a client playing the audio as it came would have played all of it so far."""
     longest_gap_s: float = 0.0
     """The longest silence such a client heard between the answer's first and last audio."""
-    stale_bytes: int = 0
     transcript: str = ""
     done_at: float | None = None
     status: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     first_audio: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class StaleAudio:
+    """Audio of one response that the client must never have got."""
+
+    kind: StaleKind
+    """``after_done``: after the response's own ``response.done``; ``never_created``: of a
+    response whose ``response.created`` never came."""
+    response_id: str
+    bytes: int = 0
+    deltas: int = 0
+    at: float = 0.0
+    """When its first stale delta was read (``time.monotonic()``)."""
+    events_before: list[str] = field(default_factory=list)
+    """The session's events up to its first stale delta, oldest first (``type response_id``)."""
 
 
 @dataclass
@@ -82,9 +105,14 @@ class SessionLog:
     done_without_created: int = 0
     unasked_responses: int = 0
     """Responses to no question of the session: a backchannel taken for a turn."""
-    unattributed_stale_bytes: int = 0
+    stale: dict[str, StaleAudio] = field(default_factory=dict)
+    """Stale audio by response id."""
     disconnected: bool = False
     model: str | None = None
+
+    @property
+    def stale_bytes(self) -> int:
+        return sum(stale.bytes for stale in self.stale.values())
 
 
 class SessionListener:
@@ -101,6 +129,8 @@ class SessionListener:
         """The latest ``speech_stopped``'s position in the input audio."""
         self._waiting: list[Turn] = []
         """Turns whose speech the server has not yet answered, oldest first."""
+        self._recent: deque[tuple[str, str]] = deque(maxlen=EVENTS_KEPT)
+        """The latest events' types and response ids: the order a stale delta came in."""
 
     def expect(self, turn: Turn) -> None:
         """The turn is being spoken: the next response the server creates answers it."""
@@ -128,6 +158,7 @@ class SessionListener:
     def on_event(self, event: dict[str, Any], now: float) -> None:
         """Files one event, read at ``now`` (``time.monotonic()``)."""
         kind = event.get("type")
+        self._recent.append((str(kind), _response_id(event)))
         if kind == "response.output_audio.delta":
             self._on_audio(event, now)
         elif kind == "session.created":
@@ -177,12 +208,13 @@ class SessionListener:
 
     def _on_audio(self, event: dict[str, Any], now: float) -> None:
         size = audio_size(event.get("delta", ""))
-        response = self._responses.get(event.get("response_id", ""))
+        response_id = event.get("response_id", "")
+        response = self._responses.get(response_id)
         if response is None:
-            self.log.unattributed_stale_bytes += size
+            self._stale("never_created", response_id, size, now)
             return
         if response.done_at is not None:
-            response.stale_bytes += size
+            self._stale("after_done", response_id, size, now)
             return
         if response.first_audio_at is None:
             response.first_audio_at = now
@@ -193,6 +225,14 @@ class SessionListener:
         response.last_audio_at = now
         response.audio_bytes += size
 
+    def _stale(self, kind: StaleKind, response_id: str, size: int, now: float) -> None:
+        stale = self.log.stale.get(response_id)
+        if stale is None:
+            events = [f"{event} {rid}".rstrip() for event, rid in self._recent]
+            stale = self.log.stale[response_id] = StaleAudio(kind, response_id, at=now, events_before=events)
+        stale.bytes += size
+        stale.deltas += 1
+
     def _on_done(self, wire: dict[str, Any], now: float) -> None:
         response = self._responses.get(wire.get("id", ""))
         if response is None:
@@ -201,3 +241,11 @@ class SessionListener:
         response.done_at, response.status = now, wire.get("status")
         response.first_audio.set()  # nothing more will come
         response.done.set()
+
+
+def _response_id(event: dict[str, Any]) -> str:
+    """The response an event belongs to, if it names one."""
+    response = event.get("response")
+    if isinstance(response, dict):
+        return str(response.get("id", ""))
+    return str(event.get("response_id", ""))

@@ -16,7 +16,10 @@ producer of output awaits :meth:`Outbox.room` before adding more, which bounds t
 and slows only this session's response when its client reads slowly.
 
 A speculative response (started in the pause before the turn is known to have ended) is
-*held*: its events are kept back until it is released, in order, or dropped unseen.
+*held*: its events are kept back until it is released, in order, or dropped unseen. A
+response dropped unseen stays unseen: every event of it that comes later (its tasks stop at
+their next step, and one may still be sending) is dropped too, control included, since the
+client never saw it created.
 """
 
 import asyncio
@@ -117,11 +120,16 @@ class Outbox:
         self._room = asyncio.Event()
         self._held: dict[str, list[_Entry]] = {}
         self._cancelled: set[str] = set()
+        """Responses the client saw that were cancelled: their output is dropped."""
+        self._unseen: set[str] = set()
+        """Held responses dropped unseen: all their events are dropped."""
 
     def put(self, event: OpenAIModel, response_id: str | None = None, on_sent: Sent | None = None) -> None:
         """Queue ``event`` (of response ``response_id``, if any); never blocks. ``on_sent``
         is called once the event has gone to the socket (never, if it is dropped)."""
         if response_id is not None:
+            if response_id in self._unseen:
+                return
             if response_id in self._cancelled and is_output(event):
                 self._on_dropped(event)
                 return
@@ -152,9 +160,10 @@ class Outbox:
         self._room.set()
 
     def cancel(self, response_id: str) -> None:
-        """Drop the response's queued and future output (held events: all of them)."""
+        """Drop the response's queued and future output (held: all its events, now and later)."""
         self._room.set()
         if self._held.pop(response_id, None) is not None:
+            self._unseen.add(response_id)
             return
         self._cancelled.add(response_id)
         kept: deque[_Entry] = deque()
@@ -169,6 +178,7 @@ class Outbox:
         """The response's task has ended: nothing more of it can come, and the ids of
         cancelled responses need not be kept (held events wait for release or cancel)."""
         self._cancelled.discard(response_id)
+        self._unseen.discard(response_id)
 
     async def run(self) -> None:
         """The send loop: events leave in the order they were queued."""

@@ -48,6 +48,22 @@ from handlers.tools import LLMOutput
 logger = logging.getLogger(__name__)
 
 CancelReason = Literal["turn_detected", "client_cancelled"]
+DropReason = Literal[
+    "speech_resumed",
+    "input_restarted",
+    "new_pause",
+    "too_short",
+    "turn_ended_elsewhere",
+    "no_words",
+    "replaced",
+    "not_answered",
+    "turn_detected",
+    "client_cancelled",
+    "cancelled",
+]
+"""Why a held answer was dropped unseen: the speech went on (resumed, a new pause, a turn
+ending elsewhere), the turn was no turn (too short, no words), the answer was replaced by a
+fresh one, no answer was due, or it was cancelled as it was held."""
 
 
 class ResponseScope(Protocol):
@@ -146,11 +162,11 @@ class Responder:
         run, self.current = self.current, None
         if run is None:
             return False
-        held = self._outbox.holds(run.id)
         self._scope.cancel()
-        self._stop(run)
-        if held:
+        if self._outbox.holds(run.id):
+            self.abandon(run, reason or "cancelled")
             return False
+        self._stop(run)
         self._playback.stopped()  # the client stops playing a cancelled answer
         if reason is not None:
             self._metrics.cancelled(reason)
@@ -160,11 +176,14 @@ class Responder:
         self._end(run, "cancelled", RealtimeResponseStatus(type="cancelled", reason=reason))
         return True
 
-    def abandon(self, run: ResponseRun) -> None:
-        """Drop a held run the client never saw: nothing to tell it."""
+    def abandon(self, run: ResponseRun, reason: DropReason) -> None:
+        """Drop a held run the client never saw: nothing to tell it, but the log and
+        ``s2s_held_answers_dropped`` say why (a response id the client reports is found)."""
         if self.current is run:
             self.current = None
         self._stop(run)
+        self._metrics.held_dropped(reason)
+        logger.info("response %s dropped unseen: %s", run.id, reason)
 
     def _stop(self, run: ResponseRun) -> None:
         """Stop the run's work and drop its output (queued, held and to come)."""

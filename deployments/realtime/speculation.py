@@ -17,7 +17,7 @@ import numpy as np
 from deployments.realtime.conversation import Conversation, NothingToAnswer, prompt
 from deployments.realtime.items import Item
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.response import Responder
+from deployments.realtime.response import DropReason, Responder
 from deployments.realtime.response_run import ResponseRun
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import Stages
@@ -67,7 +67,7 @@ class Speculator:
         """The user paused after ``audio``: transcribe it (the transcript is returned) and, if a
         response would follow, answer it held (its first output follows ``turn_item_id``, the
         user's turn)."""
-        self.drop()
+        self.drop("new_pause")
         timeline = Timeline()
         timeline.mark("speech_paused")
         timeline.vad_lag_ms = None if lag_s is None else round(lag_s * 1000, 1)
@@ -83,19 +83,19 @@ class Speculator:
             speculation.run = self._responder.start(run)
         return transcript
 
-    def drop(self) -> None:
+    def drop(self, reason: DropReason) -> None:
         """Speech resumed (or the input restarted): nothing of the pause is kept."""
         speculation, self._current = self._current, None
         if speculation is not None:
             speculation.transcript.cancel()
             if speculation.run is not None:
-                self._responder.abandon(speculation.run)
+                self._responder.abandon(speculation.run, reason)
 
     def take(self, end_sample: int) -> Speculation | None:
         """The turn ended at ``end_sample``: the speculation, if it heard exactly that audio
         (else it is dropped)."""
         if self._current is not None and self._current.end_sample != end_sample:
-            self.drop()
+            self.drop("turn_ended_elsewhere")
         speculation, self._current = self._current, None
         return speculation
 
@@ -126,7 +126,7 @@ class Speculator:
         held, wanted = await asyncio.gather(run.prompt, current, return_exceptions=True)
         if isinstance(wanted, NothingToAnswer):  # the turn holds no words: no response
             if self._responder.current is run:
-                self._responder.abandon(run)
+                self._responder.abandon(run, "no_words")
             return
         # A failed transcription: answer afresh (and fail there, visibly).
         same = not isinstance(held, BaseException) and held == wanted
@@ -136,7 +136,7 @@ class Speculator:
             run.timeline.adopted = True
             self._responder.show(run)
             return
-        self._responder.abandon(run)
+        self._responder.abandon(run, "replaced")
         self._responder.answer(current, run.timeline.for_fresh_answer())
 
 

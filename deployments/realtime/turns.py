@@ -117,7 +117,7 @@ class TurnTaker:
             if self._settings.eagerness is not None:
                 self.turn_end.paused(vad.sample, utterance, transcript)
         elif isinstance(vad, SpeechResumed):
-            self.speculator.drop()
+            self.speculator.drop("speech_resumed")
             self.turn_end.pause_ended()
         elif isinstance(vad, SpeechStopped):
             assert event.audio is not None
@@ -133,7 +133,7 @@ class TurnTaker:
         """The input restarted (cleared, reconfigured or committed by hand)."""
         self.gate.reset()
         self.turn_end.reset()
-        self.speculator.drop()
+        self.speculator.drop("input_restarted")
         self.partials.stop()
         self.partials.take(self._speech_item_id or "")
         self._speech_item_id = None
@@ -141,7 +141,7 @@ class TurnTaker:
 
     def _speech_started(self, vad: SpeechStarted) -> None:
         if self.turn_end.resumed():  # the user goes on with the turn held at a pause
-            self.speculator.drop()
+            self.speculator.drop("speech_resumed")
             return
         self.idle.stop()
         item_id = self._speech_item_id = new_id("item")
@@ -173,7 +173,7 @@ class TurnTaker:
             server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=vad.audio_end_ms, item_id=item_id)
         )
         if vad.too_short:  # nothing to answer
-            self.speculator.drop()
+            self.speculator.drop("too_short")
             self.partials.take(item_id)
             return
         speculation = self.speculator.take(vad.end_sample)
@@ -190,7 +190,7 @@ class TurnTaker:
         held = speculation.run if speculation is not None else None
         if not self._settings.create_response or self._responder.current is not None:
             if held is not None:
-                self._responder.abandon(held)
+                self._responder.abandon(held, "not_answered")
             return
         current = turn_prompt(self._conversation.items, self._settings.instructions)
         self.speculator.answer_turn(current, timeline, held, item_id)

@@ -19,7 +19,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from deployments.realtime.protocol import parse_client_event
 from handlers.audio import REALTIME_RATE
-from loadtest import bench_client
+from loadtest import bench_client, report
 from loadtest.client import (
     FRAME_BYTES,
     FRAME_MS,
@@ -31,6 +31,7 @@ from loadtest.client import (
 )
 from loadtest.echo_server import ANSWER_S, EchoServer
 from loadtest.prompts import PromptSet, tone_prompts
+from loadtest.run import LoadConfig, LoadResult
 from loadtest.session_log import SessionListener, SessionLog, Turn
 from loadtest.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 
@@ -171,11 +172,17 @@ def _session(
     )
 
 
+def _result(logs: list[SessionLog], prompts: PromptSet) -> LoadResult:
+    """A load run of ``logs``, for the report."""
+    config = LoadConfig("ws://echo", len(logs), 2, 0.0, 0.5, 0.0, None, 0, calibrate=False)
+    now = time.monotonic()
+    return LoadResult(config, prompts, "echo", now - 10, now, logs, {}, [], {}, 0.0)
+
+
 def _clean(log: SessionLog) -> None:
     assert not log.disconnected and log.errors == {} and log.done_without_created == 0
-    assert log.unattributed_stale_bytes == 0
+    assert log.stale == {}
     assert all(not turn.timed_out and turn.response is not None for turn in log.turns)
-    assert all(turn.response.stale_bytes == 0 for turn in log.turns if turn.response)
 
 
 async def test_sessions_against_the_echo_server(echo: EchoServer) -> None:
@@ -206,8 +213,10 @@ async def test_sessions_against_the_echo_server(echo: EchoServer) -> None:
     assert cancelled.response.status == "cancelled" and 0 < cancelled.response.audio_bytes < ANSWER_BYTES
 
 
-async def test_audio_after_its_response_is_done_is_counted_to_the_byte(stale_echo: EchoServer) -> None:
-    """The broken echo server sends one frame of audio after every ``response.done``."""
+async def test_stale_audio_is_counted_to_the_byte_by_kind_and_response(stale_echo: EchoServer) -> None:
+    """The broken echo server sends, after every ``response.done``, one frame of audio of that
+    response and one of a response it never created: each is filed under its response and
+    kind, with the events that came before it."""
     prompts = tone_prompts()
     plain, cancelling = await asyncio.gather(
         _session(stale_echo.url, prompts, 0, Dice(), 0.0, 0.0).run(1, math.inf),
@@ -215,8 +224,24 @@ async def test_audio_after_its_response_is_done_is_counted_to_the_byte(stale_ech
     )
     responses = [turn.response for log in (plain, cancelling) for turn in log.turns]
     assert [response.status if response else None for response in responses] == ["completed", "cancelled", "completed"]
-    assert [response.stale_bytes if response else None for response in responses] == [FRAME_BYTES] * 3
     assert responses[0] is not None and responses[0].audio_bytes == ANSWER_BYTES
+    for log in (plain, cancelling):
+        answered = [turn.response.id for turn in log.turns if turn.response]
+        assert {rid: (s.kind, s.bytes, s.deltas) for rid, s in log.stale.items()} == {
+            **dict.fromkeys(answered, ("after_done", FRAME_BYTES, 1)),
+            **{f"{rid}_uncreated": ("never_created", FRAME_BYTES, 1) for rid in answered},
+        }
+        for rid in answered:
+            assert log.stale[rid].events_before[-2:] == [
+                f"response.done {rid}",
+                f"response.output_audio.delta {rid}",
+            ]
+    summary = report.summarize(_result([plain, cancelling], prompts))
+    counts = summary["counts"]
+    assert counts["stale_bytes_after_done"] == counts["stale_bytes_never_created"] == 3 * FRAME_BYTES
+    assert counts["stale_bytes"] == 6 * FRAME_BYTES
+    assert sorted(record["kind"] for record in summary["stale"]) == ["after_done"] * 3 + ["never_created"] * 3
+    assert "| stale_bytes_never_created | " + str(3 * FRAME_BYTES) + " |" in report.markdown(summary)
 
 
 async def test_deflate_is_offered_only_when_asked(echo: EchoServer) -> None:
@@ -266,7 +291,7 @@ async def test_a_question_the_server_answers_at_its_pause_is_counted_cut_off_and
     (turn,) = log.turns
     assert turn.paused and turn.prompt.seconds > tone_prompts().prompts[0].seconds
     (cut_off,) = turn.cut_off_by
-    assert cut_off.status == "cancelled" and cut_off.stale_bytes == 0
+    assert cut_off.status == "cancelled" and cut_off.id not in log.stale
     assert turn.response is not None and turn.response.status == "completed"
     assert turn.response.created_at > cut_off.created_at
     assert turn.speech_end_at is not None and turn.speech_stopped_at is not None

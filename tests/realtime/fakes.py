@@ -78,11 +78,19 @@ class FakeStream:
     """A streaming call yielding ``items``, each after passing ``gate``."""
 
     def __init__(
-        self, items: list[Any], gate: Gate, streams: list["FakeStream"], changed: asyncio.Event | None = None
+        self,
+        items: list[Any],
+        gate: Gate,
+        streams: list["FakeStream"],
+        changed: asyncio.Event | None = None,
+        given: Callable[[], None] | None = None,
     ) -> None:
+        """``given``: called once the consumer has taken each item, in the same turn of the
+        event loop (before any task it woke runs)."""
         self.items = items
         self.gate = gate
         self._changed = changed
+        self._given = given
         self.cancelled = False
         self.finished = False
         streams.append(self)
@@ -97,6 +105,8 @@ class FakeStream:
                 raise
             if self.cancelled:
                 return
+            if self._given is not None:
+                asyncio.get_running_loop().call_soon(self._given)
             yield item
         self.finished = True
 
@@ -153,6 +163,9 @@ class FakeStages:
         self.tts_chunks = 1
         self.tts_chunk_ms = 300
         self.tts_streams: list[FakeStream] = []
+        self.tts_given: dict[str, Callable[[], None]] = {}
+        """Called as one session's TTS chunks are taken, by scope session id (``FakeStream``'s
+        ``given``): what the session does in the very turn its audio arrives."""
         self.fail_transcribe: BaseException | None = None
         """Raised by the call itself (a bug in calling the stage)."""
         self.fail_transcribe_async = False
@@ -219,7 +232,8 @@ class FakeStages:
         chunk = bytes(int(REALTIME_RATE * 2 * self.tts_chunk_ms / 1000))
         gate = self.session_tts_gates.get(request.ticket.session_id, self.tts_gate)
         self._changed.set()
-        return FakeStream([chunk] * self.tts_chunks, gate, self.tts_streams, self._changed)
+        given = self.tts_given.get(request.ticket.session_id)
+        return FakeStream([chunk] * self.tts_chunks, gate, self.tts_streams, self._changed, given)
 
     def live_streams(self) -> list[FakeStream]:
         return [s for s in self.llm_streams + self.tts_streams if not (s.cancelled or s.finished)]

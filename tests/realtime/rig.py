@@ -28,7 +28,10 @@ MARK = "input_audio_buffer.cleared"
 
 
 class Rig:
-    def __init__(self, stages: FakeStages | None = None, capacity: int = 256, audio_delta_ms: int = 100) -> None:
+    def __init__(
+        self, stages: FakeStages | None = None, capacity: int = 256, audio_delta_ms: int = 100, name: str = "rig"
+    ) -> None:
+        """``name``: the session's scope id (the stages' per-session gates and hooks)."""
         self.stages = stages or FakeStages()
         self.sent: list[dict[str, Any]] = []
         self.send_gate = Gate()
@@ -43,7 +46,7 @@ class Rig:
             max_instructions_chars=1000,
         )
         self.conversation = Conversation(100)
-        self.scope = FakeScope("rig")
+        self.scope = FakeScope(name)
         self.playback = Playback(None)
         self.responder = Responder(
             stages=self.stages,

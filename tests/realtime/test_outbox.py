@@ -3,9 +3,12 @@
 import base64
 
 from fakes import FakeStages, Harness
+from openai.types.realtime import RealtimeResponse, ResponseAudioDeltaEvent, ResponseDoneEvent
+from rig import Rig
 
 from deployments.realtime.items import truncate_spoken
 from deployments.realtime.outbox import DROPPED_ON_CANCEL, KEPT_ON_CANCEL, SERVER_EVENT_TYPES
+from deployments.realtime.protocol import server_event
 from handlers.audio import REALTIME_RATE
 from handlers.text import SpeechChunker
 
@@ -65,3 +68,22 @@ async def test_a_cancel_keeps_the_words_of_the_audio_a_slow_client_was_sent() ->
         h.socket.client_sends(type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=10**6)
         truncated = await h.socket.wait_type("conversation.item.truncated")
         assert truncated["audio_end_ms"] == sent_ms, "clamped to the audio sent"
+
+
+async def test_a_held_response_dropped_unseen_sends_nothing_of_it_later() -> None:
+    """Held, then cancelled: whatever its tasks still put (audio, its ``response.done``) is
+    dropped, and other responses' events go out."""
+    async with Rig() as rig:
+        rig.outbox.hold("resp_held")
+        rig.outbox.put(_audio("resp_held"), "resp_held")
+        rig.outbox.cancel("resp_held")
+        rig.outbox.put(_audio("resp_held"), "resp_held")  # its playout was still sending
+        rig.outbox.put(server_event(ResponseDoneEvent, response=RealtimeResponse(id="resp_held")), "resp_held")
+        rig.outbox.put(_audio("resp_shown"), "resp_shown")
+        assert [event.get("response_id") for event in await rig.drained()] == ["resp_shown"]
+
+
+def _audio(response_id: str) -> ResponseAudioDeltaEvent:
+    return server_event(
+        ResponseAudioDeltaEvent, response_id=response_id, item_id="item", output_index=0, content_index=0, delta="AA=="
+    )

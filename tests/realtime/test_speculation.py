@@ -3,7 +3,7 @@
 import asyncio
 
 import numpy as np
-from fakes import Harness, append_audio, speech
+from fakes import FakeStages, Gate, Harness, append_audio, speech
 from rig import Rig
 
 from deployments.realtime.conversation import prompt
@@ -41,7 +41,7 @@ async def test_pause_then_resume_sends_nothing_and_stops_the_held_answer() -> No
         speculation = speculator(rig)
         speculation.pause(END, UTTERANCE, None, "item_user")
         await rig.stages.until(lambda: bool(rig.stages.llm_streams))  # the held run reached the LLM
-        speculation.drop()
+        speculation.drop("speech_resumed")
         assert await rig.drained() == []
         assert rig.stages.llm_streams[0].cancelled
         assert rig.responder.current is None
@@ -118,3 +118,36 @@ async def test_a_cancelled_prompt_leaves_its_items_to_be_transcribed() -> None:
     await asyncio.gather(waiting, return_exceptions=True)
     item.heard("What is the capital of France?")
     assert await prompt([item], None) == [{"role": "user", "content": "What is the capital of France?"}]
+
+
+async def test_a_held_answer_dropped_as_its_audio_arrives_sends_nothing_while_other_sessions_answer() -> None:
+    """Issue 39: speech resumes (the held answer is dropped) in the very turn of the event loop
+    its first TTS audio arrives, after the responder handed the audio to its playout task and
+    before that task sent it. Two other sessions are answered through the same (fake)
+    replicas meanwhile. The dropped answer's session gets nothing of it, ever (its audio went
+    out as answer audio of a response never created: 20 deltas a sentence), and the others
+    get their own answers whole."""
+    stages = FakeStages()
+    stages.tts_chunks, stages.tts_chunk_ms = 2, 2000  # 20 frames a chunk: the playout's read-ahead
+    async with Rig(stages, name="paused") as paused, Rig(stages, name="one") as one, Rig(stages, name="two") as two:
+        stages.session_tts_gates["paused"] = held_tts = Gate()
+        held_tts.close()
+        speculation = speculator(paused)
+        stages.tts_given["paused"] = lambda: speculation.drop("speech_resumed")  # as the audio arrives
+        speculation.pause(END, UTTERANCE, None, "item_user")
+        question = [{"role": "user", "content": "Hi."}]
+        runs = [rig.responder.answer(asyncio.sleep(0, question), Timeline()) for rig in (one, two)]
+        await stages.until(lambda: bool(stages.tts_streams))  # the held answer's TTS waits
+        held_tts.open()
+        held_tts.close()  # one chunk passes
+        await stages.until(lambda: stages.tts_streams[0].cancelled)
+        assert speculation.active is False and paused.responder.current is None
+        assert await paused.drained() == [], "nothing of a response the client never saw created"
+        for rig, run in zip((one, two), runs, strict=True):
+            done = await rig.wait_type("response.done")
+            assert done["response"]["id"] == run.id and done["response"]["status"] == "completed"
+            events = rig.events()
+            assert {event.get("response_id", run.id) for event in events} == {run.id}
+            assert events[0]["type"] == "response.created"
+            sent_ms = 100 * rig.types().count("response.output_audio.delta")
+            assert sent_ms == run.answer.audio_ms == run.answer.spoken_ms >= 2 * 2000, "the whole answer"
