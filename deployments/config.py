@@ -167,6 +167,11 @@ class IngressConfig(BaseModel):
     (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``), or Ctrl-C may cut sessions with 1012
     instead of closing them with 1001."""
 
+    replica_poll_s: float = Field(0.5, gt=0)
+    """After a model replica died, how often the ingress asks the controller whether its
+    deployment has a running replica again (one ~1 ms call per ingress replica, only then);
+    meanwhile calls to a deployment with none fail at once (``deployments.replica_watch``)."""
+
     def scope_placement(self) -> ScopePlacementConfig:
         """``scope``, its hosts beside the ingress that owns them unless told otherwise: a host
         on a GPU pod would restart elsewhere with that pod (seen on the simulated cluster)."""

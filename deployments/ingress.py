@@ -27,6 +27,7 @@ from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
 from deployments.placement import replica_placement
+from deployments.realtime.failures import StageName
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -39,6 +40,7 @@ from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
+from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
@@ -85,8 +87,12 @@ class RealtimeIngress:
         run_vad = on_deployment(vad) if vad is not None else in_process(detector_for(synthetic))
         self._vad = VADBatcher(run_vad, vad_batch_interval_s)
         self._stages = ServeStages(self._vad, turn_end, stt, llm, tts)
-        models = {"stt": stt, "llm": llm, "tts": tts} | ({"turn_end": turn_end} if turn_end is not None else {})
+        models: dict[StageName, DeploymentHandle] = {"stt": stt, "llm": llm, "tts": tts}
+        models |= {"turn_end": turn_end} if turn_end is not None else {}
         self._models = models | ({"vad": vad} if vad is not None else {})
+        self._replica_watch = ReplicaWatch(
+            {stage: handle.deployment_name for stage, handle in self._models.items()}, config.replica_poll_s
+        )
         self._config = config
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
@@ -109,18 +115,21 @@ class RealtimeIngress:
             "sessions": len(self._sessions),
             "admitted": self._admitted,
             "scopes": directory.open_sessions if directory is not None else 0,
+            "unavailable": self._replica_watch.down_stages,
         }
         return JSONResponse(body, status_code=503 if self._closing else 200)
 
     @api.get("/readyz")
     async def readyz(self) -> JSONResponse:
         """Ready when every model deployment answers (a replica answers once its model has
-        loaded): ``make run`` and load balancers wait for this, not for the ingress alone.
-        A detector in this replica loaded before it answered anything."""
+        loaded) and none is known to have no running replica (``unavailable``: this replica's
+        calls to it fail at once): ``make run`` and load balancers wait for this, not for the
+        ingress alone. A detector in this replica loaded before it answered anything."""
         answers = await asyncio.gather(*(self._ready(handle) for handle in self._models.values()))
         models = {"vad": True} | dict(zip(self._models, answers, strict=True))
-        ready = all(models.values()) and not self._closing
-        return JSONResponse({"ready": ready, "models": models}, status_code=200 if ready else 503)
+        ready = all(models.values()) and not self._replica_watch.down_stages and not self._closing
+        body = {"ready": ready, "models": models, "unavailable": self._replica_watch.down_stages}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def _ready(self, model: DeploymentHandle) -> bool:
         call = model.ready.remote()
@@ -232,6 +241,7 @@ class RealtimeIngress:
             self._model_name,
             metrics,
             self._prompt_budget_tokens,
+            self._replica_watch,
         )
         self._sessions.add(session)
         self._metrics.active_sessions.set(len(self._sessions))

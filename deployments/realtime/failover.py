@@ -48,13 +48,18 @@ before it learnt of the death."""
 _END = object()
 
 
-def replica_lost(exc: BaseException) -> bool:
-    """``exc`` (or the stage failure it became, by its cause) says the stream's replica actor
-    died or cannot be reached (``ActorDiedError``, ``ActorUnavailableError``), not that the
-    request failed on it: a ``RayTaskError`` is the model's own error, even one whose cause
-    is an actor's death (an upstream call of the replica's, not the replica)."""
+def lost_replica(exc: BaseException) -> RayActorError | None:
+    """The error of ``exc`` (or of the stage failure it became, by its cause) that says the
+    call's replica actor died or cannot be reached (``ActorDiedError``,
+    ``ActorUnavailableError``), not that the request failed on it: a ``RayTaskError`` is the
+    model's own error, even one whose cause is an actor's death (an upstream call of the
+    replica's, not the replica)."""
     causes = (exc, exc.__cause__) if isinstance(exc, StageFailure) else (exc,)
-    return any(isinstance(e, RayActorError) and not isinstance(e, RayTaskError) for e in causes)
+    return next((e for e in causes if isinstance(e, RayActorError) and not isinstance(e, RayTaskError)), None)
+
+
+def replica_lost(exc: BaseException) -> bool:
+    return lost_replica(exc) is not None
 
 
 class FailoverStream(StageStream[T]):

@@ -31,3 +31,10 @@ class StageFailure(Exception):
     @classmethod
     def failed(cls, stage: StageName) -> "StageFailure":
         return cls(f"{stage}_failed", f"{_STAGE_WORDS[stage]} failed")
+
+    @classmethod
+    def unavailable(cls, stage: StageName) -> "StageFailure":
+        return cls(
+            f"{stage}_unavailable",
+            f"{_STAGE_WORDS[stage]} has no running replica: it is being replaced (GET /readyz says when it is back)",
+        )

@@ -59,7 +59,7 @@ from deployments.realtime.protocol import (
 )
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
 from deployments.realtime.settings import SessionSettings
-from deployments.realtime.stages import BoundedStages, Stages
+from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.transport import ClientLeft, Transport
@@ -84,11 +84,13 @@ class RealtimeSession:
         model_name: str,
         metrics: SessionMetrics,
         prompt_budget_tokens: int | None = None,
+        watch: StageWatch = NO_WATCH,
     ) -> None:
-        """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded)."""
+        """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded);
+        ``watch``: which stages have no running replica (their calls fail at once)."""
         self.id = new_id("sess")
         self._transport = transport
-        stages = BoundedStages(stages, config.stage_timeout_s)
+        stages = BoundedStages(stages, config.stage_timeout_s, watch)
         self._supervisor = Supervisor(self.id)
         spawn = self._supervisor.spawn
         self._settings = SessionSettings(

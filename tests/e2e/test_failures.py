@@ -6,6 +6,7 @@ spoken by the other at once. Scope hosts dying: ``test_isolation.py``."""
 import asyncio
 import base64
 import contextlib
+import json
 import re
 import time
 import urllib.error
@@ -66,7 +67,8 @@ async def ask(client: Client, text: str) -> None:
 
 async def next_answer_completes(client: Client, url: str, question: int, asked: tuple[int, ...] = ()) -> None:
     """The session goes on: once ``/readyz`` says Serve has replaced the replica, the next
-    answer completes (a request sent before Serve noticed the death may still fail, visibly)."""
+    answer completes (a request sent before Serve noticed the death, or before the ingress
+    saw the replacement run, may still fail, visibly)."""
     await asyncio.to_thread(wait_until_ready, url.replace("ws://", "http://").removesuffix("/v1") + "/readyz")
     codes = []
     for _ in range(3):
@@ -90,7 +92,7 @@ async def next_answer_completes(client: Client, url: str, question: int, asked: 
             codes.append(details.reason)
             continue
         codes.append(details.error.code)
-        assert codes[-1].endswith(("_failed", "_timeout"))
+        assert codes[-1].endswith(("_failed", "_timeout", "_unavailable"))
     raise AssertionError(f"no answer completed after the replica was replaced: {codes}")
 
 
@@ -256,6 +258,43 @@ async def test_a_replica_dying_mid_answer_fails_the_response_visibly(slow_synthe
     assert done.response.status == "failed"
     assert [(e.error.type, e.error.code) for e in errors] == [("server_error", code)]
     assert "Actor" not in errors[0].error.message and "pid" not in errors[0].error.message
+
+
+async def test_a_question_to_a_model_with_no_running_replica_fails_at_once_and_says_so(
+    slow_synthetic_url: str,
+) -> None:
+    """The only LLM replica dies mid-answer: that answer fails, and a question asked while
+    Serve replaces the replica fails at once, ``llm_unavailable`` (not ``llm_timeout`` after
+    the stage timeout); once the replacement runs, the next is answered."""
+    async with open_client(slow_synthetic_url) as client:
+        await ask(client, "Question 7.")
+        await client.until(lambda e: e.type == "response.output_audio.delta")
+        kill_replica("LLM")
+        cut = await client.until(lambda e: e.type == "response.done")
+        assert cut.response.status == "failed" and cut.response.status_details.error.code == "llm_failed"
+        await asyncio.to_thread(wait_until_unavailable, slow_synthetic_url, "llm")
+        asked_at = time.monotonic()
+        await ask(client, "Question 8.")
+        refused = await client.until(lambda e: e.type == "response.done" and e.response.id != cut.response.id)
+        waited_s = time.monotonic() - asked_at
+        assert refused.response.status == "failed"
+        assert refused.response.status_details.error.code == "llm_unavailable", refused.response.status_details
+        assert waited_s < 10, "it did not wait for the stage timeout (10 s)"
+        (error,) = [e for e in client.of_type("error") if e.error.code == "llm_unavailable"]
+        assert "no running replica" in error.error.message and "/readyz" in error.error.message
+        await next_answer_completes(client, slow_synthetic_url, 9)
+
+
+def wait_until_unavailable(url: str, stage: str, timeout_s: float = 30) -> None:
+    """Until the ingress's ``/healthz`` says ``stage`` has no running replica."""
+    healthz = url.replace("ws://", "http://").removesuffix("/v1") + "/healthz"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(healthz, timeout=10) as reply:
+            if stage in json.load(reply)["unavailable"]:
+                return
+        assert time.monotonic() < deadline, f"{stage} was never reported unavailable"
+        time.sleep(0.1)  # polling the replica's view: there is no event to wait on
 
 
 @pytest.mark.parametrize("stage", ["STT", "VAD"])
