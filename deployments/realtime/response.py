@@ -189,6 +189,8 @@ class Responder:
         """Stop the run's work and drop its output (queued, held and to come)."""
         run.stop()
         self._outbox.cancel(run.id)
+        if run.task is not None and run.task.done():  # ended while held: nothing more can come
+            self._outbox.forget(run.id)
 
     async def _run(self, run: ResponseRun) -> None:
         try:

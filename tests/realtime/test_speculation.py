@@ -151,3 +151,18 @@ async def test_a_held_answer_dropped_as_its_audio_arrives_sends_nothing_while_ot
             assert events[0]["type"] == "response.created"
             sent_ms = 100 * rig.types().count("response.output_audio.delta")
             assert sent_ms == run.answer.audio_ms == run.answer.spoken_ms >= 2 * 2000, "the whole answer"
+
+
+async def test_a_held_answer_that_ended_before_it_was_dropped_leaves_nothing_behind() -> None:
+    """The outbox forgets a dropped response once nothing more of it can come: a long
+    session's dropped answers do not pile up."""
+    async with Rig() as rig:
+        speculation = speculator(rig)
+        speculation.pause(END, UTTERANCE, None, "item_user")
+        taken = speculation.take(END)
+        assert taken is not None and taken.run is not None and taken.run.task is not None
+        await taken.run.task  # it ran to its end, unseen
+        rig.responder.abandon(taken.run, "replaced")
+        assert await rig.drained() == []
+        assert not rig.outbox.holds(taken.run.id)
+        assert taken.run.id not in rig.outbox._unseen
