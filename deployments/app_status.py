@@ -1,5 +1,6 @@
 """This application's Serve status: its state alone for the ingress's shutdown watch, its
-running replicas per deployment, cached, for ``/stats``."""
+running replicas per deployment, cached, for ``/stats``, and their actor ids for the
+replica watch."""
 
 import asyncio
 
@@ -30,8 +31,14 @@ class RunningReplicas:
 
 
 def fetch_running_replicas() -> dict[str, int]:
-    """Running replicas per deployment of this application, read from the controller's
-    details as it sends them (the schema of Serve's REST API, ``ServeInstanceDetails``).
+    """Running replicas per deployment of this application."""
+    return {name: len(actor_ids) for name, actor_ids in running_actor_ids().items()}
+
+
+def running_actor_ids() -> dict[str, set[str]]:
+    """The actor ids of this application's running replicas, per deployment, read from the
+    controller's details as it sends them (the schema of Serve's REST API,
+    ``ServeInstanceDetails``).
 
     Not ``serve.status()``: it parses those details into pydantic models, which rebuilds and
     cloudpickles every deployment's config, 25 ms of CPU against 1.3 ms for the dict (measured
@@ -45,7 +52,7 @@ def fetch_running_replicas() -> dict[str, int]:
     app = client.get_serve_details().get("applications", {}).get(serve.get_replica_context().app_name)
     deployments = app["deployments"] if app else {}
     return {
-        name: sum(replica["state"] == ReplicaState.RUNNING for replica in deployment["replicas"])
+        name: {replica["actor_id"] for replica in deployment["replicas"] if replica["state"] == ReplicaState.RUNNING}
         for name, deployment in deployments.items()
     }
 

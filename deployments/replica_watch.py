@@ -17,11 +17,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ray import serve
-from ray.serve.context import _get_global_client
-from ray.serve.schema import ReplicaState
-
 from cancel import spawn_detached
+from deployments.app_status import running_actor_ids
 from deployments.realtime.failover import lost_replica
 from deployments.realtime.failures import StageName
 
@@ -82,17 +79,3 @@ class ReplicaWatch:
             elif stage not in self._down:
                 logger.warning("replica watch: %s has no running replica; its calls fail at once", stage)
                 self._down.add(stage)
-
-
-def running_actor_ids() -> dict[str, set[str]]:
-    """This application's running replicas' actor ids, per deployment, from the
-    controller's details as it sends them (as ``app_status.fetch_running_replicas``)."""
-    client = _get_global_client(raise_if_no_controller_running=False)
-    if client is None:
-        return {}
-    app = client.get_serve_details().get("applications", {}).get(serve.get_replica_context().app_name)
-    deployments = app["deployments"] if app else {}
-    return {
-        name: {replica["actor_id"] for replica in deployment["replicas"] if replica["state"] == ReplicaState.RUNNING}
-        for name, deployment in deployments.items()
-    }
