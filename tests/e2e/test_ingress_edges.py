@@ -219,7 +219,11 @@ async def test_the_session_cap_is_exact_under_a_burst_of_handshakes(edges: str) 
 async def test_readiness_says_every_model_answers(edges: str) -> None:
     with urllib.request.urlopen(f"http://{edges}/readyz", timeout=30) as reply:
         body = json.loads(reply.read())
-    assert body == {"ready": True, "models": {"vad": True, "stt": True, "llm": True, "tts": True}}
+    assert body == {
+        "ready": True,
+        "models": {"vad": True, "stt": True, "llm": True, "tts": True},
+        "unavailable": [],
+    }
 
 
 async def test_api_key_and_origin_are_checked_before_any_session(guarded: str) -> None:
