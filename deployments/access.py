@@ -43,6 +43,11 @@ class Access:
         self._key = _api_key(api_key_env)
         self._origins = allowed_origins
 
+    @property
+    def key(self) -> bytes | None:
+        """The server's API key (``None``: none is asked for)."""
+        return self._key
+
     def refusal(self, connection: HTTPConnection, offered: list[str]) -> str | None:
         """Why this handshake (or call) is refused (``None``: it is not)."""
         origin = connection.headers.get("origin")

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cancel import ScopePlacementConfig
 from deployments.realtime.interruptions import InterruptionRules
+from deployments.session_store import SessionStoreConfig
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
 from handlers.synthetic import SyntheticConfig
@@ -167,6 +168,9 @@ class IngressConfig(BaseModel):
     (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``), or Ctrl-C may cut sessions with 1012
     instead of closing them with 1001."""
 
+    session_store: SessionStoreConfig = SessionStoreConfig()
+    """Where sessions' records live, so a client that lost its socket can resume its session
+    on any replica (``docs/reliability.md``)."""
     replica_poll_s: float = Field(0.5, gt=0)
     """After a model replica died, how often the ingress asks the controller whether its
     deployment has a running replica again (one ~1 ms call per ingress replica, only then);

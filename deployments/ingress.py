@@ -4,8 +4,10 @@
 It owns the sessions of its replica: access (an optional API key and allowed origins,
 checked before the handshake is accepted, so a refused client gets HTTP 403 and no session
 state exists), the session cap (refused with an ``error`` event and a close code, never a
-hung handshake), the cancel-scope directory their scopes live in, and graceful shutdown
-(stop accepting, end responses, close every socket with 1001).
+hung handshake), resumes (``?resume_token=``, refused with HTTP 403 before any session
+state is touched; :mod:`deployments.session_store`), the cancel-scope directory their
+scopes live in, and graceful shutdown (stop accepting, end responses, close every socket
+with 1001).
 """
 
 import asyncio
@@ -36,16 +38,21 @@ from deployments.realtime.protocol import (
     encode,
     error_event,
 )
+from deployments.realtime.recorder import StoredSession
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
 from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
+from deployments.session_store import SessionStore
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from handlers.synthetic import SyntheticConfig
 
 logger = logging.getLogger(__name__)
+
+RESUME_REFUSED = "this server has no session for this resume token (wrong, expired or used): open a new session"
+STORE_UNAVAILABLE = "the session store cannot be reached: try the resume again shortly"
 
 api = FastAPI(title="s2s-serve realtime ingress")
 add_page(api)  # before the class's routes: its catch-all must come last
@@ -97,6 +104,11 @@ class RealtimeIngress:
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
         self._access = Access(config.api_key_env, config.allowed_origins)
+        self._store = (
+            SessionStore.for_app(serve.get_replica_context().app_name, config.session_store, self._access.key)
+            if config.session_store.kind == "ray"
+            else None
+        )
         self._ice_servers = IceServers.from_config(config.webrtc.ice_servers)
         self._sessions: set[RealtimeSession] = set()
         self._admitted = 0
@@ -168,15 +180,28 @@ class RealtimeIngress:
         if refused is not None:
             await deny(websocket, 403, "access_refused", refused)  # before accept: no session state
             return
-        await websocket.accept(subprotocol=chosen_subprotocol(offered))
         refusal = self._refusal()
-        if refusal is not None:
+        if refusal is not None:  # before a resume: a refused client keeps its token
+            await websocket.accept(subprotocol=chosen_subprotocol(offered))
             await websocket.send_text(encode(refusal))
             await websocket.close(CLOSE_GOING_AWAY if self._closing else CLOSE_TRY_AGAIN_LATER, refusal.error.code)
             return
         self._admitted += 1  # counted before the first await: a burst cannot overrun the cap
         try:
-            await self._serve(WebSocketTransport(websocket))
+            stored: StoredSession | None = None
+            token = websocket.query_params.get("resume_token")
+            if token is not None:
+                try:
+                    stored = await self._store.resumed_session(token) if self._store is not None else None
+                except Exception:
+                    logger.exception("the session store could not be asked for a resume")
+                    await deny(websocket, 503, "session_store_unavailable", STORE_UNAVAILABLE)
+                    return
+                if stored is None:
+                    await deny(websocket, 403, "resume_refused", RESUME_REFUSED)
+                    return
+            await websocket.accept(subprotocol=chosen_subprotocol(offered))
+            await self._serve(WebSocketTransport(websocket), stored)
         finally:
             self._admitted -= 1
 
@@ -222,7 +247,14 @@ class RealtimeIngress:
     async def unknown_path(self, request: Request, path: str) -> JSONResponse:
         return refusal(404, "not_found", not_served(request.url.path))
 
-    async def _serve(self, transport: Transport) -> None:
+    async def _serve(self, transport: Transport, stored: StoredSession | None = None) -> None:
+        """Serve one session: ``stored`` if it resumes one, else a new one (whose record is
+        kept when the server has a store)."""
+        if stored is None and self._store is not None:
+            try:
+                stored = await self._store.new_session()
+            except Exception:  # the call goes on; it cannot be resumed (no resume_token)
+                logger.exception("the session store could not keep a new session's record")
         try:
             scope = await (await self._directory.get()).open_session()
         except Exception:
@@ -242,6 +274,7 @@ class RealtimeIngress:
             metrics,
             self._prompt_budget_tokens,
             self._replica_watch,
+            stored,
         )
         self._sessions.add(session)
         self._metrics.active_sessions.set(len(self._sessions))
@@ -252,6 +285,8 @@ class RealtimeIngress:
             self._sessions.discard(session)
             self._metrics.active_sessions.set(len(self._sessions))
             metrics.flush()
+            if stored is not None and self._store is not None:
+                self._store.closed(stored.session_id)
             with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
                 await scope.close()
 

@@ -22,8 +22,10 @@ from typing import Any, TypeVar
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import (
+    ConversationItemAdded,
     ConversationItemCreateEvent,
     ConversationItemDeleteEvent,
+    ConversationItemDone,
     ConversationItemRetrieveEvent,
     ConversationItemTruncateEvent,
     InputAudioBufferAppendEvent,
@@ -31,6 +33,7 @@ from openai.types.realtime import (
     InputAudioBufferClearEvent,
     InputAudioBufferCommitEvent,
     RealtimeErrorEvent,
+    RealtimeSessionCreateRequest,
     ResponseCancelEvent,
     ResponseCreateEvent,
     SessionCreatedEvent,
@@ -57,7 +60,9 @@ from deployments.realtime.protocol import (
     parse_client_event,
     server_event,
 )
+from deployments.realtime.recorder import SessionRecorder, StoredSession
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
+from deployments.realtime.session_record import item_from_record
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
@@ -85,10 +90,13 @@ class RealtimeSession:
         metrics: SessionMetrics,
         prompt_budget_tokens: int | None = None,
         watch: StageWatch = NO_WATCH,
+        stored: StoredSession | None = None,
     ) -> None:
         """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded);
-        ``watch``: which stages have no running replica (their calls fail at once)."""
-        self.id = new_id("sess")
+        ``watch``: which stages have no running replica (their calls fail at once);
+        ``stored``: where the session's record is kept (``None``: nowhere, no resume)."""
+        self.id = stored.session_id if stored is not None else new_id("sess")
+        self._stored = stored
         self._transport = transport
         stages = BoundedStages(stages, config.stage_timeout_s, watch)
         self._supervisor = Supervisor(self.id)
@@ -102,14 +110,27 @@ class RealtimeSession:
             default_interruption=config.interruption,
             interruption=config.interruption,
         )
+        resumed = stored.resumed if stored is not None else None
+        if resumed is not None and resumed["settings"]:
+            self._settings.update(SessionUpdateEvent(type="session.update", session=resumed["settings"]).session)
         self._playback = Playback(transport.server_playback, lambda: self._settings.interruption.audio_lead_ms)
-        self._outbox = Outbox(transport.send, config.outgoing_events, metrics.sent, metrics.dropped)
         self._conversation = Conversation(config.history_items)
+        for record in resumed["items"] if resumed is not None else []:
+            self._conversation.add(item_from_record(record))
+        on_sent: Callable[[Any], None] = metrics.sent
+        if stored is not None:
+            recorder = SessionRecorder(self._settings, self._conversation, stored.save, self._superseded)
+
+            def on_sent(event: Any) -> None:
+                metrics.sent(event)
+                recorder.sent(event)
+
+        self._outbox = Outbox(transport.send, config.outgoing_events, on_sent, metrics.dropped)
         self._guard = InputGuard(config.limits)
         self._max_item_chars = config.max_item_chars
         self._audio = AudioInput(
             detect=stages.detect,
-            turn_detection=config.turn_detection,
+            turn_detection=self._settings.turn_detection,
             defaults=config.turn_detection,
             max_input_audio_s=config.max_input_audio_s,
             max_queued_audio_s=config.limits.max_queued_audio_s,
@@ -165,7 +186,8 @@ class RealtimeSession:
 
     async def run(self) -> None:
         """Serve the socket until the client leaves, the server closes it or a part fails."""
-        self._outbox.put(server_event(SessionCreatedEvent, session=self._settings.describe()))
+        self._outbox.put(server_event(SessionCreatedEvent, session=self._described()))
+        self._replay()
         try:
             await self._supervisor.run(self._receive(), self._outbox.run(), self._audio.run(), self._turns.run())
         except* ClientLeft:
@@ -180,6 +202,30 @@ class RealtimeSession:
         finally:
             self._responder.cancel(None)
             self._turns.reset()
+
+    def _described(self) -> RealtimeSessionCreateRequest:
+        """The session as ``session.created`` shows it: its settings, and (extra fields, which
+        the stock SDKs keep) its id and the token that resumes it."""
+        session = self._settings.describe()
+        session.id = self.id  # type: ignore[attr-defined]
+        if self._stored is not None:
+            session.resume_token = self._stored.resume_token  # type: ignore[attr-defined]
+        return session
+
+    def _replay(self) -> None:
+        """A resumed session shows its client the conversation it holds, as it was built:
+        each item ``conversation.item.added`` then ``conversation.item.done``, in order."""
+        previous = None
+        for item in self._conversation.items:
+            self._outbox.put(server_event(ConversationItemAdded, item=item.wire(), previous_item_id=previous))
+            self._outbox.put(server_event(ConversationItemDone, item=item.wire(), previous_item_id=previous))
+            previous = item.id
+
+    def _superseded(self) -> None:
+        """The session was resumed on another connection: this one ends, saying so."""
+        error = ProtocolError("session_resumed_elsewhere", "this session was resumed on another connection")
+        with contextlib.suppress(RuntimeError):  # unless it has ended already
+            self._supervisor.spawn(self._close_with(error_event(error), CLOSE_POLICY_VIOLATION))
 
     async def close(self, code: int, reason: str) -> None:
         """Server-side close (shutdown): stop the response, then close with ``code``."""

@@ -21,6 +21,7 @@ from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.interruptions import InterruptionRules
+from deployments.realtime.recorder import StoredSession
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import WebSocketTransport
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
@@ -330,6 +331,7 @@ class Harness:
         name: str = "session",
         prompt_budget_tokens: int | None = None,
         metrics: SessionMetrics | None = None,
+        stored: StoredSession | None = None,
         **config: Any,
     ) -> None:
         self.stages = stages or FakeStages()
@@ -347,6 +349,7 @@ class Harness:
             "fake",
             metrics or SessionMetrics(IngressMetrics()),
             prompt_budget_tokens,
+            stored=stored,
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -361,3 +364,39 @@ class Harness:
             self.socket.client_leaves()
         async with asyncio.timeout(5):
             await self.task
+
+
+class InProcessActor:
+    """An object behind Ray's actor-handle calling convention (``handle.method.remote(...)``
+    returns an awaitable), in this process: the store's client runs against its real rules
+    without a Ray cluster. ``calls`` names the calls served so far; ``gate`` holds them."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self.gate = Gate()
+        self.calls: list[str] = []
+        self._served = asyncio.Event()
+
+    async def until(self, holds: Callable[[], bool], timeout_s: float = 5.0) -> None:
+        """Until ``holds()`` is true, checked after each call served."""
+        async with asyncio.timeout(timeout_s):
+            while not holds():
+                self._served.clear()
+                await self._served.wait()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+        actor = self
+
+        class _Method:
+            def remote(self, *args: Any) -> Any:
+                async def call() -> Any:
+                    await actor.gate.passage()
+                    result = method(*args)
+                    actor.calls.append(name)
+                    actor._served.set()
+                    return result
+
+                return call()
+
+        return _Method()

@@ -32,17 +32,26 @@ class Controller:
         self._loop.call_soon_threadsafe(self.answered.set)
         return {name: set(ids) for name, ids in self.running.items()}
 
-    async def next_answer(self) -> None:
-        self.answered.clear()
-        await self.answered.wait()
-        await asyncio.sleep(0)  # the watch decides in the turn after the answer
+    async def asked_again(self) -> None:
+        """Until the watch asks once more: it decided on every answer before this one (it
+        decides on an answer, then sleeps, then asks)."""
+        asked = self.asked
+        while self.asked < asked + 2:
+            self.answered.clear()
+            await self.answered.wait()
+
+
+async def stopped_watching(watch: ReplicaWatch) -> None:
+    """Until the watch has decided nothing is suspected any more (its poll has ended)."""
+    assert watch._polling is not None
+    await asyncio.wait_for(asyncio.shield(watch._polling), 5)
 
 
 async def test_the_only_replica_dying_fails_calls_at_once_until_a_replacement_runs() -> None:
     controller = Controller({"LLM": {"a1"}, "TTS": {"t1", "t2"}})  # the dead replica still listed
     watch = ReplicaWatch(DEPLOYMENTS, poll_s=0.01, running=controller)
     watch.failed("llm", RayActorError(actor_id="a1"))
-    await controller.next_answer()
+    await controller.asked_again()
     assert watch.down("llm") and watch.down_stages == ["llm"]
 
     stages = FakeStages()
@@ -58,20 +67,17 @@ async def test_the_only_replica_dying_fails_calls_at_once_until_a_replacement_ru
         await bounded.fit([{"role": "user", "content": "Hi."}])
 
     controller.running["LLM"] = {"a2"}  # Serve's replacement runs
-    await controller.next_answer()
+    await stopped_watching(watch)
     assert not watch.down("llm")
     assert await bounded.fit([{"role": "user", "content": "Hi."}]) == 0
-    asked = controller.asked
-    await asyncio.sleep(0.05)
-    assert controller.asked == asked, "nothing suspected: the controller is left alone"
 
 
 async def test_a_replica_dying_beside_a_live_one_never_marks_its_stage_down() -> None:
     controller = Controller({"LLM": {"a1"}, "TTS": {"t1", "t2"}})
     watch = ReplicaWatch(DEPLOYMENTS, poll_s=0.01, running=controller)
     watch.failed("tts", RayActorError(actor_id="t1"))
-    await controller.next_answer()
-    assert not watch.down("tts")
+    await stopped_watching(watch)
+    assert not watch.down("tts") and controller.asked == 1
 
 
 def test_a_models_own_error_is_no_replica_lost() -> None:

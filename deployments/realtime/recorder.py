@@ -1,0 +1,94 @@
+"""Keeps a session's stored record current, from what its client was sent.
+
+The record changes when the client is told it did: settings (``session.updated``), an item
+finished (``conversation.item.done``), deleted or truncated. Each such event, once sent,
+asks for one write of the whole state; writes are coalesced (one in flight, and changes
+made meanwhile make one more), so a burst of events costs one or two writes, and a lost
+replica loses at most what changed in the last write's round trip.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from openai.types.realtime import (
+    ConversationItemDeletedEvent,
+    ConversationItemDone,
+    ConversationItemTruncatedEvent,
+    SessionUpdatedEvent,
+)
+
+from cancel import spawn_detached
+from deployments.realtime.conversation import Conversation
+from deployments.realtime.session_record import SessionState, item_record
+from deployments.realtime.settings import SessionSettings
+
+logger = logging.getLogger(__name__)
+
+Save = Callable[[SessionState], Awaitable[bool]]
+"""Writes the state; ``False`` if the record now belongs to a newer connection."""
+
+
+class SessionRecorder:
+    def __init__(
+        self,
+        settings: SessionSettings,
+        conversation: Conversation,
+        save: Save,
+        on_superseded: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._conversation = conversation
+        self._save = save
+        self._on_superseded = on_superseded
+        self._finished = {item.id for item in conversation.items}
+        """Items the client was told are finished (a resumed session's are all finished)."""
+        self._dirty = False
+        self._writer: asyncio.Task[None] | None = None
+
+    def sent(self, event: Any) -> None:
+        """The client was sent ``event``: write the state again if it changed it."""
+        if isinstance(event, ConversationItemDone):
+            self._finished.add(event.item.id or "")
+        elif isinstance(event, ConversationItemDeletedEvent):
+            self._finished.discard(event.item_id)
+        elif not isinstance(event, SessionUpdatedEvent | ConversationItemTruncatedEvent):
+            return
+        self._dirty = True
+        if self._writer is None or self._writer.done():
+            self._writer = spawn_detached(self._write())
+
+    def state(self) -> SessionState:
+        items = [item for item in self._conversation.items if item.id in self._finished]
+        self._finished.intersection_update(item.id for item in items)  # forgotten items go
+        settings = self._settings.describe().model_dump(mode="json", exclude_none=True)
+        return {"settings": settings, "items": [item_record(item) for item in items]}
+
+    async def _write(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            try:
+                kept = await self._save(self.state())
+            except Exception:  # the next change writes the whole state again
+                logger.warning("could not store the session's record", exc_info=True)
+                return
+            if not kept:
+                self._on_superseded()
+                return
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A session whose record is kept in a store: its id, the token that resumes it, how
+    its state is written, and (resumed) the state it had."""
+
+    session_id: str
+    resume_token: str
+    save: Save
+    resumed: SessionState | None = None
+
+
+EMPTY_STATE: SessionState = {"settings": {}, "items": []}
+"""A new session's record: the server's settings and no items."""

@@ -1,0 +1,110 @@
+"""Resume on a real local Ray cluster, with synthetic engines, through the stock ``openai``
+SDK: sessions outlive the death of their ingress replica (their records live in the
+store's detached actor), come back with their id and items on the replacement, and every
+token that is not a live one is refused before any session state is touched."""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import ray
+from openai import AsyncOpenAI
+from ray import serve
+from realtime_client import Client
+from test_failures import replicas, wait_until_ready
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from deployments.app import build_app
+
+APP = "voice-resume"
+TINY = {"num_cpus": 0.01}
+
+
+@pytest.fixture(scope="module")
+def resume_url(serve_port: int) -> Iterator[str]:
+    config = {
+        "synthetic": {"answer_words": 6, "tokens_per_s": 40, "speech_s_per_word": 0.05},
+        "ingress": {"max_sessions": 4, "deployment": {**TINY, "max_ongoing_requests": 8}, "scope": {"num_hosts": 1}},
+        **{stage: {"deployment": {**TINY, "max_ongoing_requests": 16}} for stage in ("vad", "stt", "llm", "tts")},
+    }
+    serve.run(build_app(config), name=APP, route_prefix="/resume")
+    yield f"ws://127.0.0.1:{serve_port}/resume/v1"
+    serve.delete(APP)
+
+
+@contextlib.asynccontextmanager
+async def session(url: str, resume_token: str | None = None) -> AsyncIterator[Client]:
+    """A session through the stock SDK (resuming one when given its token), once created."""
+    sdk = AsyncOpenAI(api_key="unused", websocket_base_url=url)
+    query = {"resume_token": resume_token} if resume_token is not None else {}
+    async with sdk.realtime.connect(model="s2s", extra_query=query) as connection:
+        client = Client(connection)
+        try:
+            await client.until(lambda e: e.type == "session.created")
+            yield client
+        finally:
+            await client.close()
+
+
+def created(client: Client) -> Any:
+    return client.of_type("session.created")[0].session
+
+
+async def answer(client: Client, question: int) -> None:
+    """Ask ``question`` in text; its answer completes."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Question {question}."}]}
+    await client.connection.conversation.item.create(item=item)
+    await client.connection.response.create()
+    done = await client.until(lambda e: e.type == "response.done", timeout_s=60)
+    assert done.response.status == "completed"
+    assert done.response.output[0].content[0].transcript.startswith(f"Answer {question}:")
+
+
+def finished_items(client: Client) -> list[str]:
+    return [event.item.id for event in client.of_type("conversation.item.done")]
+
+
+async def refused(url: str, token: str) -> int:
+    """The HTTP status a resume with ``token`` gets (it must never be accepted)."""
+    with pytest.raises(InvalidStatus) as refusal:
+        async with connect(f"{url}/realtime?resume_token={token}"):
+            pass
+    return refusal.value.response.status_code
+
+
+async def test_sessions_resume_on_a_new_replica_after_theirs_died_and_wrong_tokens_touch_nothing(
+    resume_url: str,
+) -> None:
+    """Two sessions on the one ingress replica; it is killed (SIGKILL: nothing is told) and
+    Serve replaces it; both resume on the replacement with their ids and items, the tokens
+    they held are used up, and made-up, used or malformed tokens are refused with 403."""
+    tokens: dict[str, tuple[str, str]] = {}
+    items: dict[str, list[str]] = {}
+    async with session(resume_url) as a, session(resume_url) as b:
+        for name, client, question in (("a", a, 1), ("b", b, 2)):
+            session_id, token = created(client).id, created(client).resume_token
+            assert token.startswith(f"{session_id}.") and len(token) > 40
+            tokens[name] = (session_id, token)
+            await answer(client, question)
+            items[name] = finished_items(client)
+        assert tokens["a"][0] != tokens["b"][0] and len(items["a"]) == len(items["b"]) == 2
+        (ingress,) = replicas("RealtimeIngress", APP)
+        ray.kill(ingress, no_restart=True)
+        for client in (a, b):
+            with pytest.raises((ConnectionClosed, AssertionError)):  # the socket is gone with its replica
+                await client.until(lambda e: False, timeout_s=30)
+    await asyncio.to_thread(wait_until_ready, resume_url.replace("ws://", "http://").removesuffix("/v1") + "/readyz")
+
+    for made_up in ("sess_nobody.secret", f"{tokens['a'][0]}.guess", "not-a-token", tokens["a"][1][:-1]):
+        assert await refused(resume_url, made_up) == 403
+    async with session(resume_url, tokens["a"][1]) as a, session(resume_url, tokens["b"][1]) as b:
+        for name, client, question in (("a", a, 3), ("b", b, 4)):
+            again = created(client)
+            assert again.id == tokens[name][0] and again.resume_token not in (None, tokens[name][1])
+            assert finished_items(client) == items[name], "its items, replayed in order, and no one else's"
+            await answer(client, question)
+        assert await refused(resume_url, tokens["a"][1]) == 403, "a token opens one connection"
+        assert not a.of_type("error") and not b.of_type("error")

@@ -1,0 +1,199 @@
+"""A session's record outside its socket, and its resume: the store's rules, and whole
+sessions on fake stages resumed through the store's real client (an in-process actor)."""
+
+import hashlib
+from typing import Any
+
+from fakes import FakeStages, Gate, Harness, InProcessActor, append_audio, speech
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deployments.realtime.recorder import EMPTY_STATE
+from deployments.session_store import ResumeToken, SessionRecords, SessionStore, digest
+
+WINDOW_S = 300.0
+KEY = b"the server's key"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def store_on(records: SessionRecords, key: bytes | None = None) -> tuple[SessionStore, InProcessActor]:
+    actor = InProcessActor(records)
+    return SessionStore(actor, WINDOW_S, key), actor  # type: ignore[arg-type]
+
+
+def text_item(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def replayed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items a resumed session showed right after ``session.created``."""
+    assert events[0]["type"] == "session.created"
+    shown = []
+    for event in events[1:]:
+        if event["type"] not in ("conversation.item.added", "conversation.item.done"):
+            break
+        shown += [event["item"]] if event["type"] == "conversation.item.done" else []
+    return shown
+
+
+# ---- the store's rules ---------------------------------------------------------------
+
+
+def test_a_token_resumes_once_and_moves_the_record_to_a_new_epoch() -> None:
+    records = SessionRecords(WINDOW_S)
+    token = ResumeToken.new("sess_a")
+    records.open("sess_a", digest(token.secret), None, EMPTY_STATE)
+    assert records.save("sess_a", 0, {"settings": {}, "items": [{"kind": "x"}]})
+    found = records.resume("sess_a", digest(token.secret), None, digest("next"))
+    assert found == (1, {"settings": {}, "items": [{"kind": "x"}]})
+    assert records.resume("sess_a", digest(token.secret), None, digest("again")) is None, "a used token"
+    assert not records.save("sess_a", 0, EMPTY_STATE), "the connection it was taken from can no longer write"
+    assert records.save("sess_a", 1, EMPTY_STATE)
+    assert records.resume("sess_a", digest("next"), None, digest("third")) is not None
+
+
+def test_a_wrong_foreign_or_expired_token_is_refused_and_changes_nothing() -> None:
+    clock = Clock()
+    records = SessionRecords(WINDOW_S, clock)
+    token = ResumeToken.new("sess_a")
+    key = hashlib.sha256(KEY).digest()
+    records.open("sess_a", digest(token.secret), key, EMPTY_STATE)
+    records.open("sess_b", digest("b's secret"), key, EMPTY_STATE)
+    assert records.resume("sess_a", digest("guess"), key, digest("n")) is None
+    assert records.resume("sess_a", digest(token.secret), None, digest("n")) is None, "no key"
+    assert records.resume("sess_a", digest(token.secret), hashlib.sha256(b"other").digest(), digest("n")) is None
+    assert records.resume("sess_b", digest(token.secret), key, digest("n")) is None, "another session's secret"
+    assert records.resume("sess_nobody", digest(token.secret), key, digest("n")) is None
+    clock.now += WINDOW_S - 1
+    records.renew(["sess_a"])  # still open: it lives on; sess_b's client left
+    clock.now += 2
+    assert records.resume("sess_b", digest("b's secret"), key, digest("n")) is None, "expired"
+    assert records.resume("sess_a", digest(token.secret), key, digest("n")) == (1, EMPTY_STATE), "untouched"
+    clock.now += WINDOW_S
+    assert not records.save("sess_a", 1, EMPTY_STATE), "expired records take no writes"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_no_made_up_token_resumes_a_session(text: str) -> None:
+    records = SessionRecords(WINDOW_S)
+    token = ResumeToken.new("sess_a")
+    records.open("sess_a", digest(token.secret), None, EMPTY_STATE)
+    parsed = ResumeToken.parse(text)
+    if parsed is not None:
+        assert records.resume(parsed.session_id, digest(parsed.secret), None, digest("n")) is None
+    near_misses = [str(token)[:-1], str(token) + "x", f"sess_a.{token.secret.upper()}", f"sess_a.{text}"]
+    for near in near_misses:
+        if near != str(token) and (miss := ResumeToken.parse(near)) is not None:
+            assert records.resume(miss.session_id, digest(miss.secret), None, digest("n")) is None
+    assert records.resume("sess_a", digest(token.secret), None, digest("n")) is not None
+
+
+# ---- whole sessions ------------------------------------------------------------------
+
+
+def stored_items(records: SessionRecords, session_id: str) -> list[dict[str, Any]]:
+    return records._records[session_id].state["items"]
+
+
+async def test_a_resumed_session_keeps_its_id_settings_and_items_and_answers_from_them() -> None:
+    """Three sessions through the same stages and store; one loses its socket and resumes:
+    it gets its id, settings and items back (replayed in order) and a new token, and its
+    next answer's prompt holds its earlier turns and nothing of the others'."""
+    stages = FakeStages()
+    records = SessionRecords(WINDOW_S)
+    store, actor = store_on(records)
+    a_stored, b_stored, c_stored = [await store.new_session() for _ in range(3)]
+    async with Harness(stages, name="b", stored=b_stored) as b, Harness(stages, name="c", stored=c_stored) as c:
+        async with Harness(stages, name="a", stored=a_stored) as a:
+            created = a.socket.of_type("session.created")[0]["session"]
+            assert created["id"] == a_stored.session_id and created["resume_token"] == a_stored.resume_token
+            a.socket.client_sends(type="session.update", session={"type": "realtime", "instructions": "Be brief."})
+            a.socket.client_sends(type="conversation.item.create", item=text_item("My name is Ada."))
+            for h, question in ((a, 1), (b, 2), (c, 3)):
+                append_audio(h.socket, speech(question))
+            for h in (a, b, c):
+                await h.socket.wait_type("response.done")
+            finished = [e["item"]["id"] for e in a.socket.of_type("conversation.item.done")]
+            await actor.until(lambda: len(stored_items(records, a_stored.session_id)) == len(finished) == 3)
+        assert not b.task.done() and not c.task.done()  # type: ignore[union-attr]
+
+        resumed = await store.resumed_session(a_stored.resume_token)
+        assert resumed is not None and resumed.session_id == a_stored.session_id
+        assert await store.resumed_session(a_stored.resume_token) is None, "a token opens one connection"
+        async with Harness(stages, name="a-again", stored=resumed) as again:
+            created = again.socket.of_type("session.created")[0]["session"]
+            assert created["id"] == a_stored.session_id and created["resume_token"] == resumed.resume_token
+            assert created["instructions"] == "Be brief."
+            shown = replayed(again.socket.sent)
+            assert [item["id"] for item in shown] == finished
+            assert [item["role"] for item in shown] == ["user", "user", "assistant"]
+            again.socket.client_sends(type="conversation.item.create", item=text_item("What is my name?"))
+            again.socket.client_sends(type="response.create")
+            await again.socket.wait_type("response.done")
+    assert stages.llm_requests[-1].messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "user", "content": "Question one."},
+        {"role": "assistant", "content": "The answer is one. That is all."},
+        {"role": "user", "content": "What is my name?"},
+    ], "a's turns and nothing of b's or c's"
+    assert len(stored_items(records, b_stored.session_id)) == 2, "b's record holds b's turn alone"
+
+
+async def test_the_answer_in_flight_when_the_socket_is_lost_is_not_kept_and_never_resent() -> None:
+    """The socket goes while the answer speaks: the resumed session holds the question
+    alone (the answer ended as it ended: cut, never replayed) and is sent nothing of it."""
+    stages = FakeStages()
+    stages.tts_chunks = 3
+    records = SessionRecords(WINDOW_S)
+    store, actor = store_on(records)
+    stored = await store.new_session()
+    async with Harness(stages, name="lost", stored=stored) as lost:
+        stages.session_tts_gates["lost"] = gate = Gate()
+        gate.close(after=1)  # the answer's first chunk, then it stalls
+        append_audio(lost.socket, speech(1))
+        cut = await lost.socket.wait_type("response.output_audio.delta")
+        lost.socket.client_leaves()
+        await lost.task  # type: ignore[misc]
+        gate.open()
+    await actor.until(lambda: [i["kind"] for i in stored_items(records, stored.session_id)] == ["user_audio"])
+    resumed = await store.resumed_session(stored.resume_token)
+    assert resumed is not None
+    async with Harness(stages, name="resumed", stored=resumed) as again:
+        assert [item["role"] for item in replayed(again.socket.sent)] == ["user"]
+        again.socket.client_sends(type="conversation.item.create", item=text_item("Go on."))
+        again.socket.client_sends(type="response.create")
+        await again.socket.wait_type("response.done")
+        seen = {e.get("response_id") for e in again.socket.sent} | {e.get("item_id") for e in again.socket.sent}
+        assert cut["response_id"] not in seen and cut["item_id"] not in seen
+
+
+async def test_a_connection_whose_session_was_resumed_elsewhere_is_closed_at_its_next_write() -> None:
+    """A half-open socket's session is resumed on a new connection: the old one's next
+    change is refused by the store, and it is closed saying why; the new one goes on."""
+    stages = FakeStages()
+    records = SessionRecords(WINDOW_S)
+    store, actor = store_on(records)
+    stored = await store.new_session()
+    async with Harness(stages, name="old", stored=stored) as old:
+        resumed = await store.resumed_session(stored.resume_token)
+        assert resumed is not None
+        async with Harness(stages, name="new", stored=resumed) as new:
+            old.socket.client_sends(type="session.update", session={"type": "realtime", "instructions": "Mine."})
+            error = await old.socket.wait_type("error")
+            assert error["error"]["code"] == "session_resumed_elsewhere"
+            await old.task  # type: ignore[misc]
+            assert old.socket.closed == (1008, "session_resumed_elsewhere")
+            new.socket.client_sends(type="session.update", session={"type": "realtime", "instructions": "Ours."})
+            await new.socket.wait_type("session.updated")
+            settings = lambda: records._records[stored.session_id].state["settings"]  # noqa: E731
+            await actor.until(lambda: settings().get("instructions") == "Ours.")
+            assert not new.task.done()  # type: ignore[union-attr]
