@@ -1,9 +1,10 @@
 """This application's Serve status: its state alone for the ingress's shutdown watch, its
-running replicas per deployment, cached, for ``/stats``, and their actor ids for the
-replica watch."""
+running replicas per deployment, cached, for ``/stats``, their actor ids for the replica
+watch, and whether this replica is being stopped, for the drain."""
 
 import asyncio
 
+import ray
 from ray import serve
 from ray.serve.context import _get_global_client
 from ray.serve.schema import ApplicationStatus, ReplicaState
@@ -36,9 +37,19 @@ def fetch_running_replicas() -> dict[str, int]:
 
 
 def running_actor_ids() -> dict[str, set[str]]:
-    """The actor ids of this application's running replicas, per deployment, read from the
+    """The actor ids of this application's running replicas, per deployment (from
+    :func:`replica_states`)."""
+    return {
+        name: {actor_id for actor_id, state in replicas.items() if state == ReplicaState.RUNNING}
+        for name, replicas in replica_states().items()
+    }
+
+
+def replica_states() -> dict[str, dict[str, str]]:
+    """Each replica's state by actor id, per deployment of this application, read from the
     controller's details as it sends them (the schema of Serve's REST API,
-    ``ServeInstanceDetails``).
+    ``ServeInstanceDetails``). A replica whose actor is not created yet has no ``actor_id`` in
+    them (seen during a redeploy) and is left out.
 
     Not ``serve.status()``: it parses those details into pydantic models, which rebuilds and
     cloudpickles every deployment's config, 25 ms of CPU against 1.3 ms for the dict (measured
@@ -52,7 +63,7 @@ def running_actor_ids() -> dict[str, set[str]]:
     app = client.get_serve_details().get("applications", {}).get(serve.get_replica_context().app_name)
     deployments = app["deployments"] if app else {}
     return {
-        name: {replica["actor_id"] for replica in deployment["replicas"] if replica["state"] == ReplicaState.RUNNING}
+        name: {replica["actor_id"]: replica["state"] for replica in deployment["replicas"] if replica.get("actor_id")}
         for name, deployment in deployments.items()
     }
 
@@ -71,3 +82,15 @@ def app_going_away() -> bool:
         return True
     status = client.get_serve_status(serve.get_replica_context().app_name).app_status.status
     return status in (ApplicationStatus.DELETING, ApplicationStatus.NOT_STARTED)  # NOT_STARTED: no such app
+
+
+def this_replica_stopping() -> bool:
+    """Whether the controller is stopping this replica (a redeploy of a new version, a
+    scale-down, its node drained): it is stopping, moving, or no longer listed. Serve calls no code
+    of the replica when it starts draining it, so the drain watch asks (one read of the
+    controller's details, ~1.3 ms of CPU, as for ``running_actor_ids``)."""
+    replicas = replica_states().get(serve.get_replica_context().deployment)
+    if not replicas:  # no answer from the controller: decide nothing
+        return False
+    state = replicas.get(ray.get_runtime_context().get_actor_id() or "")
+    return state in (None, ReplicaState.STOPPING, ReplicaState.STOPPED, ReplicaState.PENDING_MIGRATION)

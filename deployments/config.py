@@ -168,6 +168,10 @@ class IngressConfig(BaseModel):
     (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``), or Ctrl-C may cut sessions with 1012
     instead of closing them with 1001."""
 
+    drain_s: float = Field(10.0, gt=0)
+    """How long a replica being replaced (a new version, a scale-down) keeps its open
+    sessions before it closes them with 1012 for their clients to resume elsewhere; below the
+    ingress's ``graceful_shutdown_timeout_s``, when Serve kills the replica."""
     session_store: SessionStoreConfig = SessionStoreConfig()
     """Where sessions' records live, so a client that lost its socket can resume its session
     on any replica (``docs/reliability.md``)."""
@@ -191,6 +195,12 @@ class IngressConfig(BaseModel):
             raise ValueError(
                 f"ingress max_ongoing_requests ({self.deployment.max_ongoing_requests}) must exceed "
                 f"max_sessions ({self.max_sessions}) so extra clients are refused, not left hanging"
+            )
+        if self.drain_s + self.shutdown_poll_s >= self.deployment.graceful_shutdown_timeout_s:
+            raise ValueError(
+                f"ingress drain_s ({self.drain_s:g}) plus shutdown_poll_s ({self.shutdown_poll_s:g}) must be under "
+                f"its graceful_shutdown_timeout_s ({self.deployment.graceful_shutdown_timeout_s:g}), when Serve "
+                "kills the replica: the drain's sessions would be cut, not closed for their clients to resume"
             )
         return self
 

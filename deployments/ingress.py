@@ -6,8 +6,9 @@ checked before the handshake is accepted, so a refused client gets HTTP 403 and 
 state exists), the session cap (refused with an ``error`` event and a close code, never a
 hung handshake), resumes (``?resume_token=``, refused with HTTP 403 before any session
 state is touched; :mod:`deployments.session_store`), the cancel-scope directory their
-scopes live in, and graceful shutdown (stop accepting, end responses, close every socket
-with 1001).
+scopes live in, graceful shutdown (stop accepting, end responses, close every socket
+with 1001) and the drain of a replica being replaced (``_drain``: close with 1012 after
+``drain_s``, for clients to resume elsewhere).
 """
 
 import asyncio
@@ -23,7 +24,7 @@ from ray.serve.handle import DeploymentHandle
 
 from cancel import spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
-from deployments.app_status import RunningReplicas, app_going_away
+from deployments.app_status import RunningReplicas, app_going_away, this_replica_stopping
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -33,6 +34,7 @@ from deployments.realtime.failures import StageName
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
+    CLOSE_SERVICE_RESTART,
     CLOSE_TRY_AGAIN_LATER,
     ProtocolError,
     encode,
@@ -118,12 +120,15 @@ class RealtimeIngress:
         self._directory = SharedScopeDirectory(config.scope_placement())
         self._shutdown_watch: asyncio.Task[None] | None = None
         self._closing = False
+        self._draining = False
+        """This replica is being stopped while the application lives on (``_drain``)."""
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
         directory = self._directory.built()
         body = {
             "ok": not self._closing,
+            "draining": self._draining,
             "sessions": len(self._sessions),
             "admitted": self._admitted,
             "scopes": directory.open_sessions if directory is not None else 0,
@@ -139,7 +144,7 @@ class RealtimeIngress:
         ingress alone. A detector in this replica loaded before it answered anything."""
         answers = await asyncio.gather(*(self._ready(handle) for handle in self._models.values()))
         models = {"vad": True} | dict(zip(self._models, answers, strict=True))
-        ready = all(models.values()) and not self._replica_watch.down_stages and not self._closing
+        ready = all(models.values()) and not self._replica_watch.down_stages and not (self._closing or self._draining)
         body = {"ready": ready, "models": models, "unavailable": self._replica_watch.down_stages}
         return JSONResponse(body, status_code=200 if ready else 503)
 
@@ -201,7 +206,8 @@ class RealtimeIngress:
                     await deny(websocket, 403, "resume_refused", RESUME_REFUSED)
                     return
             await websocket.accept(subprotocol=chosen_subprotocol(offered))
-            await self._serve(WebSocketTransport(websocket), stored)
+            drain_notice = websocket.query_params.get("drain_notice") in ("1", "true")
+            await self._serve(WebSocketTransport(websocket), stored, drain_notice)
         finally:
             self._admitted -= 1
 
@@ -247,9 +253,12 @@ class RealtimeIngress:
     async def unknown_path(self, request: Request, path: str) -> JSONResponse:
         return refusal(404, "not_found", not_served(request.url.path))
 
-    async def _serve(self, transport: Transport, stored: StoredSession | None = None) -> None:
+    async def _serve(
+        self, transport: Transport, stored: StoredSession | None = None, drain_notice: bool = False
+    ) -> None:
         """Serve one session: ``stored`` if it resumes one, else a new one (whose record is
-        kept when the server has a store)."""
+        kept when the server has a store); ``drain_notice``: the client asked to be told of
+        a drain (``session.draining``)."""
         if stored is None and self._store is not None:
             try:
                 stored = await self._store.new_session()
@@ -275,6 +284,7 @@ class RealtimeIngress:
             self._prompt_budget_tokens,
             self._replica_watch,
             stored,
+            drain_notice,
         )
         self._sessions.add(session)
         self._metrics.active_sessions.set(len(self._sessions))
@@ -293,6 +303,9 @@ class RealtimeIngress:
     def _refusal(self) -> RealtimeErrorEvent | None:
         if self._closing:
             return error_event(ProtocolError("server_shutting_down", "the server is shutting down"), "server_error")
+        if self._draining:
+            draining = ProtocolError("server_draining", "this server replica is being replaced: connect again")
+            return error_event(draining, "server_error")
         if self._admitted >= self._config.max_sessions:
             return error_event(
                 ProtocolError(
@@ -313,8 +326,37 @@ class RealtimeIngress:
     async def _shutdown_watch_loop(self) -> None:
         while self._sessions and not self._closing:
             await asyncio.sleep(self._config.shutdown_poll_s)
-            if await asyncio.to_thread(app_going_away):
+            try:
+                going_away = await asyncio.to_thread(app_going_away)
+                stopping = not going_away and not self._draining and await asyncio.to_thread(this_replica_stopping)
+            except Exception as exc:  # the controller did not answer: decide nothing, look again
+                logger.warning("shutdown watch: the Serve controller did not answer: %r", exc)
+                continue
+            if going_away:
                 await self._close_all()
+            elif stopping:
+                self._draining = True
+                spawn_detached(self._drain())
+
+    async def _drain(self) -> None:
+        """This replica is being stopped while the application lives on (a new version, a
+        scale-down): it takes no new sessions, tells each open one that asked
+        (``session.draining``), and closes those still open after ``drain_s`` with 1012, for
+        their clients to resume on another replica."""
+        drain_s = self._config.drain_s
+        logger.warning(
+            "this ingress replica is being stopped: draining %d sessions for %g s", len(self._sessions), drain_s
+        )
+        for session in list(self._sessions):
+            session.draining(drain_s)
+        await asyncio.sleep(drain_s)  # the drain's length, not a wait for an event
+        await asyncio.gather(
+            *(
+                s.close(CLOSE_SERVICE_RESTART, "server draining: resume on another replica")
+                for s in list(self._sessions)
+            ),
+            return_exceptions=True,
+        )
 
     async def _close_all(self) -> None:
         self._closing = True

@@ -4,7 +4,7 @@
 the server (``--health``, the ingress's ``/healthz``) holds that many sessions, then reads
 every process's CPU time (user + system, psutil) at the start and the end of the window and
 prints one JSON object: per role (HTTP proxy or HAProxy, ingress, VAD, TTS, LLM, STT, load
-client, Ray's own daemons), the CPU seconds used, the share of one core, and, given
+client, the session store, Ray's own daemons), the CPU seconds used, the share of one core, and, given
 ``--sessions``, the milliseconds of CPU per session-second. Roles are told by process title
 (``ray::ServeReplica:<app>:RealtimeIngress``, ``ray::ProxyActor``, ...).
 """
@@ -26,6 +26,7 @@ ROLES = (
     ("llm", lambda title: ":LLM" in title),
     ("stt", lambda title: ":STT" in title),
     ("scope_hosts", lambda title: "ray::ScopeHost" in title),
+    ("session_store", lambda title: "ray::SessionRecords" in title),
     ("client", lambda title: "s2s-loadtest" in title or "-m loadtest " in f"{title} "),
     ("launcher", lambda title: "deployments.serve_local" in title),
     ("serve_controller", lambda title: "ray::ServeController" in title),

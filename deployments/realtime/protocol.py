@@ -9,7 +9,7 @@ import functools
 import itertools
 import json
 import secrets
-from typing import Any, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
@@ -22,11 +22,23 @@ from handlers.audio import REALTIME_RATE
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY_VIOLATION = 1008
 CLOSE_INTERNAL_ERROR = 1011
+CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_AGAIN_LATER = 1013
 """The WebSocket close codes the server uses (RFC 6455, section 7.4.1)."""
 
 AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
 """The one audio format served, in and out: PCM16 mono at 24 kHz."""
+
+
+class SessionDrainingEvent(OpenAIModel):
+    """Our extension (sent only to clients that ask for it, ``?drain_notice=true``: the
+    Agents SDK reports an unknown event type to its app as an error): this session's replica
+    is being replaced, and the socket closes with 1012 in ``closes_in_ms``; resume then, with
+    the session's ``resume_token``, on another replica."""
+
+    type: Literal["session.draining"]
+    event_id: str
+    closes_in_ms: int
 
 
 @functools.cache

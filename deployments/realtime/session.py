@@ -54,6 +54,7 @@ from deployments.realtime.protocol import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_POLICY_VIOLATION,
     ProtocolError,
+    SessionDrainingEvent,
     encode,
     error_event,
     new_id,
@@ -91,12 +92,15 @@ class RealtimeSession:
         prompt_budget_tokens: int | None = None,
         watch: StageWatch = NO_WATCH,
         stored: StoredSession | None = None,
+        drain_notice: bool = False,
     ) -> None:
         """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded);
         ``watch``: which stages have no running replica (their calls fail at once);
-        ``stored``: where the session's record is kept (``None``: nowhere, no resume)."""
+        ``stored``: where the session's record is kept (``None``: nowhere, no resume);
+        ``drain_notice``: the client asked for ``session.draining`` events."""
         self.id = stored.session_id if stored is not None else new_id("sess")
         self._stored = stored
+        self._drain_notice = drain_notice
         self._transport = transport
         stages = BoundedStages(stages, config.stage_timeout_s, watch)
         self._supervisor = Supervisor(self.id)
@@ -226,6 +230,11 @@ class RealtimeSession:
         error = ProtocolError("session_resumed_elsewhere", "this session was resumed on another connection")
         with contextlib.suppress(RuntimeError):  # unless it has ended already
             self._supervisor.spawn(self._close_with(error_event(error), CLOSE_POLICY_VIOLATION))
+
+    def draining(self, closes_in_s: float) -> None:
+        """The replica is being replaced: the socket closes in ``closes_in_s``."""
+        if self._drain_notice:
+            self._outbox.put(server_event(SessionDrainingEvent, closes_in_ms=round(closes_in_s * 1000)))
 
     async def close(self, code: int, reason: str) -> None:
         """Server-side close (shutdown): stop the response, then close with ``code``."""
