@@ -123,10 +123,11 @@ async def sessions_released(realtime_url: str, timeout_s: float = 20) -> None:
 
 
 @asynccontextmanager
-async def open_client(realtime_url: str) -> AsyncIterator[Client]:
-    """A session through the stock SDK, once the server has said ``session.created``."""
+async def open_client(realtime_url: str, query: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    """A session through the stock SDK, once the server has said ``session.created``;
+    ``query``: extra query parameters of the connection."""
     sdk = AsyncOpenAI(api_key="unused", websocket_base_url=realtime_url)
-    async with sdk.realtime.connect(model="s2s") as connection:
+    async with sdk.realtime.connect(model="s2s", extra_query=query or {}) as connection:
         client = Client(connection)
         try:
             await client.until(lambda e: e.type == "session.created")

@@ -4,16 +4,15 @@ store's detached actor), come back with their id and items on the replacement, a
 token that is not a live one is refused before any session state is touched."""
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
 import ray
-from openai import AsyncOpenAI
 from ray import serve
-from realtime_client import Client
+from realtime_client import Client, open_client
 from test_failures import replicas, wait_until_ready
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -50,20 +49,13 @@ def resume_url(serve_port: int) -> Iterator[str]:
     serve.delete(APP)
 
 
-@contextlib.asynccontextmanager
-async def session(url: str, resume_token: str | None = None, drain_notice: bool = False) -> AsyncIterator[Client]:
+def session(
+    url: str, resume_token: str | None = None, drain_notice: bool = False
+) -> AbstractAsyncContextManager[Client]:
     """A session through the stock SDK (resuming one when given its token, told of a drain
     when it asks), once created."""
-    sdk = AsyncOpenAI(api_key="unused", websocket_base_url=url)
     query = {"resume_token": resume_token} if resume_token is not None else {}
-    query |= {"drain_notice": "true"} if drain_notice else {}
-    async with sdk.realtime.connect(model="s2s", extra_query=query) as connection:
-        client = Client(connection)
-        try:
-            await client.until(lambda e: e.type == "session.created")
-            yield client
-        finally:
-            await client.close()
+    return open_client(url, query | ({"drain_notice": "true"} if drain_notice else {}))
 
 
 def created(client: Client) -> Any:
