@@ -1,8 +1,10 @@
-"""This application's Serve status: its state alone for the ingress's shutdown watch, its
-running replicas per deployment, cached, for ``/stats``, their actor ids for the replica
-watch, and whether this replica is being stopped, for the drain."""
+"""This application's Serve status: its running replicas per deployment, cached, for
+``/stats``, their actor ids for the replica watch, and what the controller is doing with
+this replica, for the ingress's shutdown watch."""
 
 import asyncio
+import enum
+from typing import Any
 
 import ray
 from ray import serve
@@ -46,10 +48,15 @@ def running_actor_ids() -> dict[str, set[str]]:
 
 
 def replica_states() -> dict[str, dict[str, str]]:
-    """Each replica's state by actor id, per deployment of this application, read from the
-    controller's details as it sends them (the schema of Serve's REST API,
-    ``ServeInstanceDetails``). A replica whose actor is not created yet has no ``actor_id`` in
-    them (seen during a redeploy) and is left out.
+    """Each replica's state by actor id, per deployment of this application (from
+    :func:`_app_details`)."""
+    return _replica_states(_app_details())
+
+
+def _app_details() -> dict[str, Any] | None:
+    """This application's part of the controller's details, as it sends them (the schema
+    of Serve's REST API, ``ServeInstanceDetails``); ``None`` if it has no such application,
+    or there is no controller.
 
     Not ``serve.status()``: it parses those details into pydantic models, which rebuilds and
     cloudpickles every deployment's config, 25 ms of CPU against 1.3 ms for the dict (measured
@@ -59,8 +66,16 @@ def replica_states() -> dict[str, dict[str, str]]:
     """
     client = _get_global_client(raise_if_no_controller_running=False)
     if client is None:
-        return {}
-    app = client.get_serve_details().get("applications", {}).get(serve.get_replica_context().app_name)
+        return None
+    details: dict[str, Any] | None = (
+        client.get_serve_details().get("applications", {}).get(serve.get_replica_context().app_name)
+    )
+    return details
+
+
+def _replica_states(app: dict[str, Any] | None) -> dict[str, dict[str, str]]:
+    """A replica whose actor is not created yet has no ``actor_id`` in the details (seen
+    during a redeploy) and is left out."""
     deployments = app["deployments"] if app else {}
     return {
         name: {replica["actor_id"]: replica["state"] for replica in deployment["replicas"] if replica.get("actor_id")}
@@ -68,29 +83,31 @@ def replica_states() -> dict[str, dict[str, str]]:
     }
 
 
-def app_going_away() -> bool:
-    """Whether this application is being deleted (or is gone), fresh from the controller.
-
-    The shutdown watch asks this every poll while sessions are open, so it is the
-    controller's one-application status (Serve's client ``get_serve_status``: ~1 ms of CPU),
-    not ``serve.status()`` (21 ms here when idle, which at 300 sessions was 4 % of the
-    ingress's CPU and a GIL-holding stall every poll). Serve has no public call for one
-    application's state alone.
-    """
-    client = _get_global_client(raise_if_no_controller_running=False)
-    if client is None:  # no Serve controller: nothing is served any more
-        return True
-    status = client.get_serve_status(serve.get_replica_context().app_name).app_status.status
-    return status in (ApplicationStatus.DELETING, ApplicationStatus.NOT_STARTED)  # NOT_STARTED: no such app
+class ReplicaFate(enum.Enum):
+    SERVING = "serving"
+    STOPPING = "stopping"
+    """This replica is being stopped while its application lives on: drain it."""
+    APP_GOING_AWAY = "app_going_away"
+    """The application is being deleted, or is gone: close every session now."""
+    UNKNOWN = "unknown"
+    """The controller's details do not list this deployment: decide nothing."""
 
 
-def this_replica_stopping() -> bool:
-    """Whether the controller is stopping this replica (a redeploy of a new version, a
-    scale-down, its node drained): it is stopping, moving, or no longer listed. Serve calls no code
-    of the replica when it starts draining it, so the drain watch asks (one read of the
-    controller's details, ~1.3 ms of CPU, as for ``running_actor_ids``)."""
-    replicas = replica_states().get(serve.get_replica_context().deployment)
-    if not replicas:  # no answer from the controller: decide nothing
-        return False
+STOPPING_STATES = (ReplicaState.STOPPING, ReplicaState.STOPPED, ReplicaState.PENDING_MIGRATION)
+GOING_AWAY_STATES = (ApplicationStatus.DELETING, ApplicationStatus.NOT_STARTED)
+
+
+def this_replica_fate() -> ReplicaFate:
+    """What the controller is doing with this replica, from one read of its details (~1.3 ms
+    of CPU; the shutdown watch asks every poll while sessions are open). Serve calls no code
+    of a replica when it starts draining it (a redeploy of a new version, a scale-down, its
+    node drained), so the replica has to ask: it is stopping, moving, or no longer listed."""
+    app = _app_details()
+    if app is None or app["status"] in GOING_AWAY_STATES:
+        return ReplicaFate.APP_GOING_AWAY
+    context = serve.get_replica_context()
+    replicas = _replica_states(app).get(context.deployment)
+    if not replicas:
+        return ReplicaFate.UNKNOWN
     state = replicas.get(ray.get_runtime_context().get_actor_id() or "")
-    return state in (None, ReplicaState.STOPPING, ReplicaState.STOPPED, ReplicaState.PENDING_MIGRATION)
+    return ReplicaFate.STOPPING if state is None or state in STOPPING_STATES else ReplicaFate.SERVING

@@ -6,9 +6,9 @@ checked before the handshake is accepted, so a refused client gets HTTP 403 and 
 state exists), the session cap (refused with an ``error`` event and a close code, never a
 hung handshake), resumes (``?resume_token=``, refused with HTTP 403 before any session
 state is touched; :mod:`deployments.session_store`), the cancel-scope directory their
-scopes live in, graceful shutdown (stop accepting, end responses, close every socket
-with 1001) and the drain of a replica being replaced (``_drain``: close with 1012 after
-``drain_s``, for clients to resume elsewhere).
+scopes live in, and (:mod:`deployments.replica_lifecycle`) the cap, graceful shutdown
+(close every socket with 1001) and the drain of a replica being replaced (close with 1012
+after ``drain_s``, for clients to resume elsewhere).
 """
 
 import asyncio
@@ -18,13 +18,12 @@ import logging
 import ray
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
-from openai.types.realtime import RealtimeErrorEvent
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from cancel import spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
-from deployments.app_status import RunningReplicas, app_going_away, this_replica_stopping
+from deployments.app_status import RunningReplicas
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -34,7 +33,6 @@ from deployments.realtime.failures import StageName
 from deployments.realtime.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
-    CLOSE_SERVICE_RESTART,
     CLOSE_TRY_AGAIN_LATER,
     ProtocolError,
     encode,
@@ -45,6 +43,7 @@ from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
+from deployments.replica_lifecycle import ReplicaSessions
 from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
 from deployments.session_store import SessionStore
@@ -107,34 +106,35 @@ class RealtimeIngress:
         self._prompt_budget_tokens = prompt_budget_tokens
         self._access = Access(config.api_key_env, config.allowed_origins)
         self._store = (
-            SessionStore.for_app(serve.get_replica_context().app_name, config.session_store, self._access.key)
+            SessionStore.for_app(
+                serve.get_replica_context().app_name,
+                config.session_store,
+                self._access.key,
+                config.deployment.label_selector,
+            )
             if config.session_store.kind == "ray"
             else None
         )
         self._ice_servers = IceServers.from_config(config.webrtc.ice_servers)
-        self._sessions: set[RealtimeSession] = set()
-        self._admitted = 0
-        """Sessions counted against the cap: from admission (before any await) to the end."""
         self._metrics = IngressMetrics()
+        self._sessions = ReplicaSessions(
+            config.max_sessions, config.shutdown_poll_s, config.drain_s, self._metrics.active_sessions
+        )
         self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
-        self._shutdown_watch: asyncio.Task[None] | None = None
-        self._closing = False
-        self._draining = False
-        """This replica is being stopped while the application lives on (``_drain``)."""
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
         directory = self._directory.built()
         body = {
-            "ok": not self._closing,
-            "draining": self._draining,
+            "ok": not self._sessions.closing,
+            "draining": self._sessions.draining,
             "sessions": len(self._sessions),
-            "admitted": self._admitted,
+            "admitted": self._sessions.admitted,
             "scopes": directory.open_sessions if directory is not None else 0,
             "unavailable": self._replica_watch.down_stages,
         }
-        return JSONResponse(body, status_code=503 if self._closing else 200)
+        return JSONResponse(body, status_code=503 if self._sessions.closing else 200)
 
     @api.get("/readyz")
     async def readyz(self) -> JSONResponse:
@@ -144,7 +144,8 @@ class RealtimeIngress:
         ingress alone. A detector in this replica loaded before it answered anything."""
         answers = await asyncio.gather(*(self._ready(handle) for handle in self._models.values()))
         models = {"vad": True} | dict(zip(self._models, answers, strict=True))
-        ready = all(models.values()) and not self._replica_watch.down_stages and not (self._closing or self._draining)
+        turning_away = self._sessions.closing or self._sessions.draining
+        ready = all(models.values()) and not self._replica_watch.down_stages and not turning_away
         body = {"ready": ready, "models": models, "unavailable": self._replica_watch.down_stages}
         return JSONResponse(body, status_code=200 if ready else 503)
 
@@ -185,13 +186,14 @@ class RealtimeIngress:
         if refused is not None:
             await deny(websocket, 403, "access_refused", refused)  # before accept: no session state
             return
-        refusal = self._refusal()
+        refusal = self._sessions.refusal()
         if refusal is not None:  # before a resume: a refused client keeps its token
             await websocket.accept(subprotocol=chosen_subprotocol(offered))
             await websocket.send_text(encode(refusal))
-            await websocket.close(CLOSE_GOING_AWAY if self._closing else CLOSE_TRY_AGAIN_LATER, refusal.error.code)
+            code = CLOSE_GOING_AWAY if self._sessions.closing else CLOSE_TRY_AGAIN_LATER
+            await websocket.close(code, refusal.error.code)
             return
-        self._admitted += 1  # counted before the first await: a burst cannot overrun the cap
+        self._sessions.admit()
         try:
             stored: StoredSession | None = None
             token = websocket.query_params.get("resume_token")
@@ -209,7 +211,7 @@ class RealtimeIngress:
             drain_notice = websocket.query_params.get("drain_notice") in ("1", "true")
             await self._serve(WebSocketTransport(websocket), stored, drain_notice)
         finally:
-            self._admitted -= 1
+            self._sessions.release()
 
     @api.post("/v1/realtime/calls")
     async def calls(self, request: Request) -> Response:
@@ -218,7 +220,7 @@ class RealtimeIngress:
         refused = self._access.refusal(request, [])
         if refused is not None:
             return refusal(403, "access_refused", refused)
-        turned_away = self._refusal()
+        turned_away = self._sessions.refusal()
         if turned_away is not None:
             return refusal(503, turned_away.error.code or "unavailable", turned_away.error.message)
         offer = (await request.body()).decode(errors="replace")
@@ -226,13 +228,9 @@ class RealtimeIngress:
             transport, answer = await WebRTCTransport.answer_offer(offer, self._ice_servers.for_server)
         except BadOffer as exc:
             return refusal(400, "invalid_offer", str(exc))
-        self._admitted += 1  # counted before any await that follows
-
-        def released(_: "asyncio.Task[None]") -> None:
-            self._admitted -= 1
-
+        self._sessions.admit()
         # The call outlives this request: owned by none (a recursive cancel must not end it).
-        spawn_detached(self._serve(transport)).add_done_callback(released)
+        spawn_detached(self._serve(transport)).add_done_callback(lambda _: self._sessions.release())
         return Response(answer, status_code=201, media_type="application/sdp")
 
     @api.get("/v1/realtime/ice-servers")
@@ -286,87 +284,18 @@ class RealtimeIngress:
             stored,
             drain_notice,
         )
-        self._sessions.add(session)
-        self._metrics.active_sessions.set(len(self._sessions))
-        self._watch_for_shutdown()
         try:
-            await session.run()
+            async with self._sessions.holding(session):
+                await session.run()
         finally:
-            self._sessions.discard(session)
-            self._metrics.active_sessions.set(len(self._sessions))
             metrics.flush()
             if stored is not None and self._store is not None:
                 self._store.closed(stored.session_id)
             with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
                 await scope.close()
 
-    def _refusal(self) -> RealtimeErrorEvent | None:
-        if self._closing:
-            return error_event(ProtocolError("server_shutting_down", "the server is shutting down"), "server_error")
-        if self._draining:
-            draining = ProtocolError("server_draining", "this server replica is being replaced: connect again")
-            return error_event(draining, "server_error")
-        if self._admitted >= self._config.max_sessions:
-            return error_event(
-                ProtocolError(
-                    "session_limit_reached",
-                    f"this server holds its maximum of {self._config.max_sessions} sessions; try again later",
-                ),
-                "server_error",
-            )
-        return None
-
-    def _watch_for_shutdown(self) -> None:
-        """Serve drains a replica by waiting for its requests to end, and an open WebSocket
-        never ends by itself; so while sessions are open the ingress watches its
-        application's status and, once it is being deleted, closes them itself."""
-        if self._shutdown_watch is None or self._shutdown_watch.done():
-            self._shutdown_watch = spawn_detached(self._shutdown_watch_loop())
-
-    async def _shutdown_watch_loop(self) -> None:
-        while self._sessions and not self._closing:
-            await asyncio.sleep(self._config.shutdown_poll_s)
-            try:
-                going_away = await asyncio.to_thread(app_going_away)
-                stopping = not going_away and not self._draining and await asyncio.to_thread(this_replica_stopping)
-            except Exception as exc:  # the controller did not answer: decide nothing, look again
-                logger.warning("shutdown watch: the Serve controller did not answer: %r", exc)
-                continue
-            if going_away:
-                await self._close_all()
-            elif stopping:
-                self._draining = True
-                spawn_detached(self._drain())
-
-    async def _drain(self) -> None:
-        """This replica is being stopped while the application lives on (a new version, a
-        scale-down): it takes no new sessions, tells each open one that asked
-        (``session.draining``), and closes those still open after ``drain_s`` with 1012, for
-        their clients to resume on another replica."""
-        drain_s = self._config.drain_s
-        logger.warning(
-            "this ingress replica is being stopped: draining %d sessions for %g s", len(self._sessions), drain_s
-        )
-        for session in list(self._sessions):
-            session.draining(drain_s)
-        await asyncio.sleep(drain_s)  # the drain's length, not a wait for an event
-        await asyncio.gather(
-            *(
-                s.close(CLOSE_SERVICE_RESTART, "server draining: resume on another replica")
-                for s in list(self._sessions)
-            ),
-            return_exceptions=True,
-        )
-
-    async def _close_all(self) -> None:
-        self._closing = True
-        await asyncio.gather(
-            *(s.close(CLOSE_GOING_AWAY, "server shutting down") for s in list(self._sessions)),
-            return_exceptions=True,
-        )
-
     async def __del__(self) -> None:
-        await self._close_all()
+        await self._sessions.close_all()
         self._vad.close()
         if (directory := self._directory.built()) is not None:
             await directory.shutdown()

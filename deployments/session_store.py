@@ -1,10 +1,12 @@
 """Sessions' records outside the ingress replicas, so that a client that lost its socket
 resumes its session on any replica (issue 40).
 
-The ``ray`` store is one named, detached actor per application (:class:`SessionRecords`):
-it outlives every ingress replica (a redeploy, a scale-down, a killed replica) but not the
-Ray cluster. Ray restarts it if it dies, empty: sessions open then write their record again
-at their next change, and a resume before that is refused like an expired token.
+The ``ray`` store is one named, detached actor per application (:class:`SessionRecords`),
+on the ingress's nodes: it outlives every ingress replica (a redeploy, a scale-down, a killed
+replica) but not the Ray cluster. Ray restarts it if it dies (its node lost), empty: each
+open session writes its whole record again at its next change, or at the next renewal,
+which names the records the store lacks; a resume before that is refused like an expired
+token, and a session whose socket had closed before the loss cannot be resumed.
 
 Resume tokens are ``<session id>.<secret>``: the store keeps only the secret's SHA-256 (and
 the API key's, when the server has one) and compares them in constant time. A resume
@@ -105,21 +107,32 @@ class SessionRecords:
         self._sweep()
         self._records[session_id] = _Record(secret_digest, key_digest, state, 0, self._expiry())
 
-    def save(self, session_id: str, epoch: int, state: SessionState) -> bool:
-        """The session's current state; ``False`` (nothing kept) if its record was resumed
-        since (a newer epoch holds it) or has expired."""
+    def save(
+        self, session_id: str, epoch: int, state: SessionState, secret_digest: bytes, key_digest: bytes | None
+    ) -> bool:
+        """The state of an open session, whose token's secret is ``secret_digest``; ``False``
+        (nothing kept) if its record was resumed since (a newer epoch holds it). A record
+        this store lacks (it restarted empty) is made again from the write; one an older
+        epoch made again is taken over."""
         record = self._live(session_id)
-        if record is None or record.epoch != epoch:
+        if record is not None and record.epoch > epoch:
             return False
+        if record is None or record.epoch < epoch:
+            record = self._records[session_id] = _Record(secret_digest, key_digest, state, epoch, 0.0)
         record.state, record.expires_at = state, self._expiry()
         return True
 
-    def renew(self, session_ids: list[str]) -> None:
-        """These sessions are still open: their records live on."""
+    def renew(self, session_ids: list[str]) -> list[str]:
+        """These sessions are still open: their records live on. Returns those it has no
+        record of (it restarted empty since), for their sessions to write them again."""
         expiry = self._expiry()
+        lacking = []
         for session_id in session_ids:
             if (record := self._live(session_id)) is not None:
                 record.expires_at = expiry
+            else:
+                lacking.append(session_id)
+        return lacking
 
     def resume(
         self, session_id: str, secret_digest: bytes, key_digest: bytes | None, new_secret_digest: bytes
@@ -164,12 +177,17 @@ class SessionStore:
         self._records = records
         self._window_s = window_s
         self._key_digest = hashlib.sha256(key).digest() if key is not None else None
-        self._open: set[str] = set()
+        self._open: dict[str, Callable[[], None]] = {}
+        """Open sessions, each with what writes its whole record again."""
         self._renewal: asyncio.Task[None] | None = None
 
     @classmethod
-    def for_app(cls, app_name: str, config: SessionStoreConfig, key: bytes | None) -> "SessionStore":
-        """The application's store actor, started by whichever replica asks first."""
+    def for_app(
+        cls, app_name: str, config: SessionStoreConfig, key: bytes | None, label_selector: dict[str, str] | None
+    ) -> "SessionStore":
+        """The application's store actor, started by whichever replica asks first, on a node
+        with the ingress's ``label_selector``: on a GPU pod it would go down with that pod."""
+        placement = {} if label_selector is None else {"label_selector": label_selector}
         options = ray.remote(SessionRecords).options(
             name=f"s2s-sessions-{app_name}",
             namespace="s2s",
@@ -178,6 +196,7 @@ class SessionStore:
             num_cpus=0,
             max_restarts=-1,
             max_task_retries=-1,
+            **placement,
         )
         return cls(cast(ActorHandle, options.remote(config.resume_window_s)), config.resume_window_s, key)
 
@@ -204,18 +223,24 @@ class SessionStore:
 
     def _stored(self, token: ResumeToken, epoch: int, state: SessionState | None = None) -> StoredSession:
         session_id = token.session_id
-        self._open.add(session_id)
+        self._open[session_id] = lambda: None
         if self._renewal is None or self._renewal.done():
             self._renewal = spawn_detached(self._renew_open())
-        return StoredSession(session_id, str(token), functools.partial(self._save, session_id, epoch), state)
+        save = functools.partial(self._save, token, epoch)
+        return StoredSession(session_id, str(token), save, functools.partial(self._rewrite_with, session_id), state)
 
-    async def _save(self, session_id: str, epoch: int, state: SessionState) -> bool:
+    async def _save(self, token: ResumeToken, epoch: int, state: SessionState) -> bool:
         """Keep the session's state (called from a detached task); ``False``: resumed elsewhere."""
-        return bool(await self._records.save.remote(session_id, epoch, state))
+        kept = await self._records.save.remote(token.session_id, epoch, state, digest(token.secret), self._key_digest)
+        return bool(kept)
+
+    def _rewrite_with(self, session_id: str, rewrite: Callable[[], None]) -> None:
+        if session_id in self._open:
+            self._open[session_id] = rewrite
 
     def closed(self, session_id: str) -> None:
         """The session's socket is gone: its record lives ``resume_window_s`` from now."""
-        self._open.discard(session_id)
+        self._open.pop(session_id, None)
         spawn_detached(self._renew([session_id]))
 
     async def _renew_open(self) -> None:
@@ -225,6 +250,11 @@ class SessionStore:
 
     async def _renew(self, session_ids: list[str]) -> None:
         try:
-            await self._records.renew.remote(session_ids)
+            lacking = await self._records.renew.remote(session_ids)
         except Exception:  # the next renewal tries again, a quarter window later
             logger.warning("could not renew %d session records", len(session_ids), exc_info=True)
+            return
+        if lacking:
+            logger.warning("the session store lacked %d open sessions' records: writing them again", len(lacking))
+        for session_id in lacking:
+            self._open.get(session_id, lambda: None)()

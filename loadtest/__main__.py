@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--voiced-tones", action="store_true", help="synthetic questions with speech under them (synthetic.vad silero)"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="resume a lost connection with the session's resume_token, and leave a draining one at a turn's end",
+    )
     parser.add_argument("--fail-on-stale", action="store_true", help="exit 1 if any stale audio arrived")
     parser.add_argument("--fail-on-leak", action="store_true", help="exit 1 if any answer leaked across sessions")
     args = parser.parse_args(argv)
@@ -100,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         backchannel_rate=args.backchannel_rate,
         pause_rate=args.pause_rate,
         turn_detection=args.turn_detection,
+        resume=args.resume,
     )
     try:
         result = asyncio.run(run_load(config))

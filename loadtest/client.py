@@ -8,6 +8,12 @@ interrupt: such a session asks for our interruption rules). Some questions it sa
 mid-sentence (a server that answers before they end cut the speaker off). What it hears is
 filed by ``loadtest.session_log``.
 
+With ``resume``, it is the client that issue 40's drain and resume are for: a connection
+lost (any close but its own) is resumed with the session's ``resume_token``, and a
+``session.draining`` makes it leave at the end of the turn and resume at once; the
+conversation goes on with its next question. Failed attempts (no replica yet, a refusal) are
+tried again, backing off, for ``RESUME_GIVE_UP_S``.
+
 A session costs its process little, so that one process can drive hundreds of them beside
 the server (``python -m loadtest.bench_client`` measures it against an echo server):
 
@@ -28,11 +34,12 @@ from typing import Any, Literal
 
 import websockets
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from deployments.realtime.interruptions import InterruptionRules
 from handlers.audio import REALTIME_RATE
 from loadtest.prompts import Prompt, PromptSet
-from loadtest.session_log import Response, SessionListener, SessionLog, Turn
+from loadtest.session_log import Response, Resume, SessionListener, SessionLog, Turn
 from loadtest.wire import DeliveringConnection, running_metronome
 
 FRAME_MS = 100
@@ -45,7 +52,24 @@ LISTEN_CAP_S = 10.0
 DEFAULT_ANSWERING_S = 0.5
 """How long an answer streams from its first audio to its end, when not calibrated."""
 
+RESUME_GIVE_UP_S = 30.0
+"""How long a session tries to resume after a loss: Serve replaces a lost replica in seconds."""
+RESUME_BACKOFF_S = 0.2
+"""Between attempts, times the attempt's number, up to ``RESUME_BACKOFF_MAX_S``."""
+RESUME_BACKOFF_MAX_S = 2.0
+
 TurnDetection = Literal["server_vad", "semantic_vad"]
+
+
+class NotOpened(Exception):
+    """The connection ended before ``session.created``: a refusal (its code is the message)."""
+
+
+def _failure(error: BaseException) -> str:
+    """What a failed resume attempt is filed as: an HTTP status, a close code or a name."""
+    if isinstance(error, InvalidStatus):
+        return str(error.response.status_code)
+    return str(error) if isinstance(error, NotOpened) else type(error).__name__
 
 
 def turn_detection_update(kind: TurnDetection, our_rules: bool) -> str:
@@ -102,6 +126,7 @@ class Session:
         backchannel_rate: float = 0.0,
         pause_rate: float = 0.0,
         turn_detection: TurnDetection | None = None,
+        resume: bool = False,
     ) -> None:
         self.log = SessionLog(index)
         self._heard = SessionListener(self.log)
@@ -124,6 +149,7 @@ class Session:
         """Share of questions said with a pause mid-sentence (``PromptSet.paused``)."""
         self._turn_detection = turn_detection
         """Asked for at the start; ``None``: the server's own."""
+        self._resume = resume
         self._voices: list[object] = []
         """Voices being said right now, oldest first (a barge-in may overlap the last
         question's silence, a question a backchannel's). A microphone carries one signal, so
@@ -140,41 +166,75 @@ class Session:
         return cls(0, url, prompts, order, random.Random(), 0.0, 0.0, lambda _: None)
 
     async def run(self, turns: int, deadline: float) -> SessionLog:
-        try:
-            url = f"{self._url}?model=s2s"
-            opening = connect(url, max_size=None, compression=self._compression, create_connection=DeliveringConnection)
-            async with opening as ws:
-                assert isinstance(ws, DeliveringConnection)
-                self._ws = ws
-                ws.deliver_to(self._heard.on_message)
-                reader = asyncio.ensure_future(self._read())
-                try:
-                    async with asyncio.timeout(EVENT_TIMEOUT_S):
-                        await self._heard.created.wait()
-                    if self.log.model is not None and (self._backchannel_rate or self._turn_detection):
-                        kind = self._turn_detection or "server_vad"
-                        await ws.send(turn_detection_update(kind, our_rules=bool(self._backchannel_rate)))
-                    if self.log.model is not None:  # else refused (an error event says why)
-                        microphone = asyncio.ensure_future(self._microphone()) if self._continuous_mic else None
-                        try:
-                            await self._converse(turns, deadline)
-                        finally:
-                            if microphone is not None:
-                                microphone.cancel()
-                finally:
-                    self._heard.leaving = True
-                    reader.cancel()
-                    for speaking in self._speaking:
-                        speaking.cancel()
-        except (OSError, TimeoutError, websockets.WebSocketException):
-            self.log.disconnected = True
+        resuming: Resume | None = None
+        token: str | None = None
+        attempts = 0
+        while True:
+            try:
+                lost = await self._connection(turns, deadline, resuming, token)
+            except (OSError, TimeoutError, NotOpened, websockets.WebSocketException) as failure:
+                attempts += 1
+                if resuming is None or time.monotonic() - resuming.lost_at >= RESUME_GIVE_UP_S:
+                    self.log.disconnected |= resuming is not None or not isinstance(failure, NotOpened)
+                    break
+                resuming.refusals.append(_failure(failure))
+                await asyncio.sleep(min(RESUME_BACKOFF_MAX_S, RESUME_BACKOFF_S * attempts))
+                continue
+            token = self._heard.resume_token
+            finished = len(self.log.turns) >= turns or time.monotonic() >= deadline
+            if lost is None or not self._resume or token is None or finished:
+                break
+            resuming, attempts = Resume(lost, time.monotonic(), list(self.log.finished_items)), 0
+            self.log.resumes.append(resuming)
         return self.log
+
+    async def _connection(self, turns: int, deadline: float, resuming: Resume | None, token: str | None) -> str | None:
+        """One connection of the session (resuming with ``token``): why it was lost (a close
+        code, or ``draining``), or ``None`` if the conversation ended on it."""
+        url = f"{self._url}?model=s2s"
+        if self._resume:
+            url += "&drain_notice=true"
+        if token is not None:
+            url += f"&resume_token={token}"
+        self._heard = SessionListener(self.log, resuming)
+        opening = connect(url, max_size=None, compression=self._compression, create_connection=DeliveringConnection)
+        async with opening as ws:
+            assert isinstance(ws, DeliveringConnection)
+            self._ws = ws
+            ws.deliver_to(self._heard.on_message)
+            reader = asyncio.ensure_future(self._read())
+            try:
+                async with asyncio.timeout(EVENT_TIMEOUT_S):
+                    await self._heard.created.wait()
+                if self.log.model is None or self._heard.ended:  # refused: an error event says why
+                    raise NotOpened(str(ws.close_code))
+                if self._backchannel_rate or self._turn_detection:
+                    kind = self._turn_detection or "server_vad"
+                    await ws.send(turn_detection_update(kind, our_rules=bool(self._backchannel_rate)))
+                microphone = asyncio.ensure_future(self._microphone()) if self._continuous_mic else None
+                try:
+                    await self._converse(turns, deadline)
+                except websockets.ConnectionClosed:
+                    pass  # lost mid-turn: said below
+                finally:
+                    if microphone is not None:
+                        microphone.cancel()
+                if self._heard.ended:
+                    return str(ws.close_code or 1006)
+                return "draining" if self._heard.drain_told else None
+            finally:
+                self._heard.leaving = True
+                reader.cancel()
+                for speaking in self._speaking:
+                    speaking.cancel()
 
     async def _converse(self, turns: int, deadline: float) -> None:
         """Ask ``turns`` questions (or stop at ``deadline``); a question spoken as a barge-in
         is the next turn, and is awaited even if it is one more than ``turns``."""
         pending: Turn | None = None
         while pending is not None or (len(self.log.turns) < turns and time.monotonic() < deadline):
+            if pending is None and (self._heard.ended or self._heard.drain_told):
+                return  # the session resumes on a new connection (or ends)
             turn = pending or self._new_turn(len(self.log.turns))
             if pending is None:
                 await self._speak(turn)

@@ -23,6 +23,10 @@ With backchannels said over answers (``--backchannel-rate``), two more must be z
 With questions said with a pause mid-sentence (``--pause-rate``), ``cut_offs`` counts the
 turns the server answered before they ended (``paused_turns`` of them were paused): the
 turn-taking's figure, not a bug's (OpenAI's ``server_vad`` ends a turn at any 500 ms pause).
+
+With ``--resume``, ``resume`` says what drops and drains did: connections lost (by close
+code, or ``draining``), resumed and not, resume time, items lost and answers in flight lost
+(``resume_summary``); ``not_resumed`` and ``items_lost`` must be zero.
 """
 
 import json
@@ -35,7 +39,7 @@ import numpy as np
 from loadtest.metrics import server_view
 from loadtest.prompts import PromptSet
 from loadtest.run import LoadResult
-from loadtest.session_log import StaleKind, Turn
+from loadtest.session_log import Response, SessionLog, StaleKind, Turn
 
 CUT_SHORT = 0.5
 STALE_LISTED = 200
@@ -133,10 +137,35 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "completed_turns_per_s": round(completed / duration, 3) if duration else 0.0,
         "counts": counts,
         "latency_ms": {name: _percentiles(values) for name, values in sorted(samples.items())},
+        "resume": resume_summary(result.logs, responses) if result.config.resume else None,
         "stale": stale[:STALE_LISTED],
         "calibrated_words": result.calibrated_words,
         "timeline": result.timeline,
         "server": {**server_view(result.server_metrics), "scraped_after_end_s": result.server_scraped_after_s},
+    }
+
+
+def resume_summary(logs: list[SessionLog], responses: list[Response]) -> dict[str, Any]:
+    """What drops and drains did to the sessions (``--resume``): how many connections were
+    lost and why, how many were resumed and how fast (from the loss, the client's reconnect
+    included, to the resumed ``session.created``), the items the resumed sessions did not
+    hold, and the answers that were in flight."""
+    resumes = [resume for log in logs for resume in log.resumes]
+    resumed = [resume for resume in resumes if resume.resumed_at is not None]
+    reasons: dict[str, int] = {}
+    for resume in resumes:
+        reasons[resume.reason] = reasons.get(resume.reason, 0) + 1
+    return {
+        "sessions_dropped": sum(bool(log.resumes) or log.disconnected for log in logs),
+        "connections_lost": len(resumes),
+        "by_reason": reasons,
+        "resumed": len(resumed),
+        "not_resumed": len(resumes) - len(resumed),
+        "resume_attempts_refused": sum(len(resume.refusals) for resume in resumes),
+        "resume_ms": _percentiles([1000 * (r.resumed_at - r.lost_at) for r in resumed if r.resumed_at]),
+        "items_seen_before_loss": sum(len(resume.items_before) for resume in resumed),
+        "items_lost": sum(resume.items_lost for resume in resumed),
+        "answers_in_flight_lost": sum(response.status == "connection_lost" for response in responses),
     }
 
 
@@ -153,6 +182,8 @@ def stale_records(result: LoadResult) -> list[dict[str, Any]]:
 
 def _percentiles(values: list[float]) -> dict[str, float]:
     stats: dict[str, float] = {"count": len(values)}
+    if not values:
+        return stats
     stats.update({f"p{p}": round(float(np.percentile(values, p)), 1) for p in PERCENTILES})
     return stats
 

@@ -56,6 +56,8 @@ class LoadConfig:
     """Share of questions said with a pause mid-sentence (the server must wait for the rest)."""
     turn_detection: TurnDetection | None = None
     """What each session asks for (``None``: the server's own)."""
+    resume: bool = False
+    """Sessions resume a lost connection, and leave a draining one, with their token."""
 
 
 @dataclass
@@ -132,6 +134,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
                 backchannel_rate=config.backchannel_rate,
                 pause_rate=config.pause_rate,
                 turn_detection=config.turn_detection,
+                resume=config.resume,
             )
             return await driver.run(config.turns, deadline)
 

@@ -12,6 +12,10 @@ paused question's response that follows a ``speech_stopped`` at its pause cut th
 (``Turn.cut_off_by``). The pause is told by audio position (the stop's ``audio_end_ms``
 against where the session's audio went on), not by time: a server's events may come well
 after the audio they are about.
+
+A session that resumes (``loadtest.client.Session`` with ``resume``) has one listener per
+connection and one log: each lost connection is a :class:`Resume`, with what the client had
+seen finished and what the resumed session replayed.
 """
 
 import asyncio
@@ -96,6 +100,32 @@ class Turn:
 
 
 @dataclass
+class Resume:
+    """One connection a session lost (or left, told of a drain) and its resume."""
+
+    reason: str
+    """The close code, or ``draining`` (the client left at a turn's end, told to)."""
+    lost_at: float
+    items_before: list[str]
+    """The items the client had seen finished (``conversation.item.done``), oldest first."""
+    resumed_at: float | None = None
+    """When the resumed session's ``session.created`` came (``None``: never resumed)."""
+    refusals: list[str] = field(default_factory=list)
+    """Why each failed attempt failed (an HTTP status, a close code, an exception's name)."""
+    items_replayed: list[str] = field(default_factory=list)
+
+    @property
+    def items_lost(self) -> int:
+        """Items the client saw finished that the resumed session did not replay, counted
+        from the oldest one it did (the server keeps only its latest ``history_items``)."""
+        if self.resumed_at is None:
+            return 0
+        replayed = set(self.items_replayed)
+        start = next((i for i, item in enumerate(self.items_before) if item in replayed), 0)
+        return sum(item not in replayed for item in self.items_before[start:])
+
+
+@dataclass
 class SessionLog:
     """Everything one session saw."""
 
@@ -108,7 +138,11 @@ class SessionLog:
     stale: dict[str, StaleAudio] = field(default_factory=dict)
     """Stale audio by response id."""
     disconnected: bool = False
+    """Its last connection was lost, and not resumed."""
     model: str | None = None
+    resumes: list[Resume] = field(default_factory=list)
+    finished_items: list[str] = field(default_factory=list)
+    """Items the client saw finished, on every connection, oldest first."""
 
     @property
     def stale_bytes(self) -> int:
@@ -118,12 +152,20 @@ class SessionLog:
 class SessionListener:
     """The receiving side of one session: its records, kept as the server's events come."""
 
-    def __init__(self, log: SessionLog) -> None:
+    def __init__(self, log: SessionLog, resuming: Resume | None = None) -> None:
         self.log = log
         self.created = asyncio.Event()
         """``session.created`` came (or the connection ended first)."""
         self.leaving = False
         """The session is closing: what comes now is no turn's."""
+        self.ended = False
+        """The connection has ended."""
+        self.resume_token: str | None = None
+        self.drain_told = False
+        """The server said (``session.draining``) that it will close this connection."""
+        self._resuming = resuming
+        self._replaying = False
+        """Right after a resumed ``session.created``: the items come as they were."""
         self._responses: dict[str, Response] = {}
         self._last_stop_ms: float | None = None
         """The latest ``speech_stopped``'s position in the input audio."""
@@ -138,11 +180,18 @@ class SessionListener:
         self._waiting.append(turn)
 
     def connection_ended(self) -> None:
-        """Nothing more will come: whoever waits for an event is released."""
+        """Nothing more will come: whoever waits for an event is released; an answer in
+        flight ends ``connection_lost``."""
+        self.ended = True
         self.log.disconnected = not self.leaving
         self.created.set()
         for turn in self._waiting:
             turn.answered.set()
+        for response in self._responses.values():
+            if not response.done.is_set():
+                response.status = "connection_lost"
+                response.first_audio.set()
+                response.done.set()
 
     def on_message(self, data: bytes, text: bool) -> None:
         """Handles one message as it is read (``loadtest.wire.DeliveringConnection``)."""
@@ -159,11 +208,24 @@ class SessionListener:
         """Files one event, read at ``now`` (``time.monotonic()``)."""
         kind = event.get("type")
         self._recent.append((str(kind), _response_id(event)))
+        self._replaying = self._replaying and kind in ("conversation.item.added", "conversation.item.done")
         if kind == "response.output_audio.delta":
             self._on_audio(event, now)
         elif kind == "session.created":
             self.log.model = event["session"].get("model")
+            self.resume_token = event["session"].get("resume_token")
+            if self._resuming is not None:
+                self._resuming.resumed_at, self._replaying = now, True
+                self.log.disconnected = False
             self.created.set()
+        elif kind == "conversation.item.done":
+            item_id = event["item"].get("id", "")
+            if self._replaying and self._resuming is not None:
+                self._resuming.items_replayed.append(item_id)
+            elif item_id not in self.log.finished_items:
+                self.log.finished_items.append(item_id)
+        elif kind == "session.draining":
+            self.drain_told = True
         elif kind == "input_audio_buffer.speech_started":
             turn = next((t for t in self.log.turns if t.interruption == "barge-in" and not t.barge_in_heard_at), None)
             if turn is not None:

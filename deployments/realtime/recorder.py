@@ -56,6 +56,10 @@ class SessionRecorder:
             self._finished.discard(event.item_id)
         elif not isinstance(event, SessionUpdatedEvent | ConversationItemTruncatedEvent):
             return
+        self.rewrite()
+
+    def rewrite(self) -> None:
+        """Write the whole state again (soon: coalesced with the write in flight)."""
         self._dirty = True
         if self._writer is None or self._writer.done():
             self._writer = spawn_detached(self._write())
@@ -87,6 +91,8 @@ class StoredSession:
     session_id: str
     resume_token: str
     save: Save
+    rewrite_with: Callable[[Callable[[], None]], None]
+    """Registers what writes the whole state again, called when the store lost the record."""
     resumed: SessionState | None = None
 
 

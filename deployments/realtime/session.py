@@ -124,6 +124,7 @@ class RealtimeSession:
         on_sent: Callable[[Any], None] = metrics.sent
         if stored is not None:
             recorder = SessionRecorder(self._settings, self._conversation, stored.save, self._superseded)
+            stored.rewrite_with(recorder.rewrite)
 
             def on_sent(event: Any) -> None:
                 metrics.sent(event)

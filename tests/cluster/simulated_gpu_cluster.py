@@ -30,6 +30,7 @@ import yaml
 from ray import serve
 from ray.cluster_utils import Cluster
 from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
+from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeDeploySchema
 from ray.util.state import list_actors
 
@@ -187,29 +188,45 @@ async def converse(url: str, question: int) -> dict[str, Any]:
         return outcome(await client.until("response.done"), client)
 
 
-async def wait_until_serving(targets: dict[str, int], timeout_s: float = 240) -> float:
-    """Seconds until every deployment runs its target replicas (Serve's status has no event
-    to wait on, so it is polled)."""
+async def wait_until_serving(
+    targets: dict[str, int], lost: frozenset[str] = frozenset(), timeout_s: float = 240
+) -> float:
+    """Seconds until every deployment runs its target replicas and none of the ``lost``
+    replica ids runs (Serve's status has no event to wait on, so it is polled). Without
+    ``lost``, a wait right after a node loss returned at once, before the controller had
+    noticed it, and the next answer went to the dead replica (a CI run, 2026-12-05)."""
     started = time.monotonic()
     while True:
         app = serve.status().applications.get(APP)
         deployments = app.deployments if app is not None else {}
         running = {name: status.replica_states.get("RUNNING", 0) for name, status in deployments.items()}
         healthy = all(status.status == "HEALTHY" for status in deployments.values())
-        if healthy and all(running.get(name, 0) >= count for name, count in targets.items()):
+        replaced = not lost & running_replica_ids()
+        if healthy and replaced and all(running.get(name, 0) >= count for name, count in targets.items()):
             return time.monotonic() - started
         if time.monotonic() - started > timeout_s:
             raise TimeoutError(f"not serving after {timeout_s} s: {deployments}")
         await asyncio.sleep(1.0)
 
 
-def scope_host_nodes(names: dict[str, str]) -> list[str]:
-    """Where the ingress's cancel-scope host actors run (its first session started them)."""
-    hosts = list_actors(
+def running_replica_ids() -> set[str]:
+    """The ids of the app's replicas that the controller counts as running."""
+    details = _get_global_client().get_serve_details()["applications"].get(APP, {"deployments": {}})
+    return {
+        replica["replica_id"]
+        for deployment in details["deployments"].values()
+        for replica in deployment["replicas"]
+        if replica["state"] == "RUNNING"
+    }
+
+
+def actor_nodes(names: dict[str, str], class_name: str) -> list[str]:
+    """Where the ingress's actors of ``class_name`` run (its first session started them)."""
+    actors = list_actors(
         address=ray.get_runtime_context().gcs_address,
-        filters=[("class_name", "=", "ScopeHost"), ("state", "=", "ALIVE")],
+        filters=[("class_name", "=", class_name), ("state", "=", "ALIVE")],
     )
-    return sorted(names.get(host.node_id, host.node_id) for host in hosts)
+    return sorted(names.get(actor.node_id, actor.node_id) for actor in actors)
 
 
 class SimulatedCluster:
@@ -259,7 +276,8 @@ async def scenario(simulated: SimulatedCluster, spec: dict[str, Any]) -> dict[st
     await wait_until_serving(targets)
     report["placement_with_two_tts"] = await placements.rows()
     report["end_to_end"] = await converse(url, 3)
-    report["scope_hosts"] = scope_host_nodes(simulated.names)
+    report["scope_hosts"] = actor_nodes(simulated.names, "ScopeHost")
+    report["session_store"] = actor_nodes(simulated.names, "SessionRecords")
 
     llm_node = next(row["node"] for row in report["placement_with_two_tts"] if row["deployment"] == "LLM")
     async with websockets.connect(url, max_size=None) as connection:
@@ -278,7 +296,8 @@ async def scenario(simulated: SimulatedCluster, spec: dict[str, Any]) -> dict[st
         }
         group = llm_node.rsplit("-", 1)[0]
         simulated.add(group, simulated.group_shape(group), " (replacement)")
-        report["seconds_to_serving_again"] = round(await wait_until_serving(targets), 1)
+        lost = frozenset(row["replica"] for row in report["placement_with_two_tts"] if row["node"] == llm_node)
+        report["seconds_to_serving_again"] = round(await wait_until_serving(targets, lost), 1)
         report["placement_after_replacement"] = await placements.rows()
         await client.ask(6)
         report["same_session_after_replacement"] = outcome(await client.until("response.done"), client)

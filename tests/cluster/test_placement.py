@@ -86,13 +86,17 @@ def test_an_extra_tts_replica_takes_the_free_gpu(report: dict[str, Any]) -> None
     assert held == set().union(*(gpus_of(nodes, name) for name in gpu_pods))  # both pods, every GPU
 
 
-def test_the_cancel_scope_hosts_live_on_the_cpu_pods_beside_the_ingress(report: dict[str, Any]) -> None:
-    """They take the ingress's node labels: a host on a GPU pod went down with it, and a new
-    session was refused while it restarted (a CI run, 2026-12-02)."""
+def test_the_cancel_scope_hosts_and_session_store_live_on_the_cpu_pods_beside_the_ingress(
+    report: dict[str, Any],
+) -> None:
+    """They take the ingress's node labels: a scope host on a GPU pod went down with it, and a
+    new session was refused while it restarted (a CI run, 2026-12-02); the session store
+    restarted empty with it, and its sessions were closed (a CI run, 2026-12-05)."""
     nodes = report["nodes"]
     assert report["scope_hosts"], "the first session started them"
-    for node in report["scope_hosts"]:
-        assert nodes[node].get("labels") == CPU_POOL, report["scope_hosts"]
+    assert len(report["session_store"]) == 1, "the ingress started it"
+    for node in report["scope_hosts"] + report["session_store"]:
+        assert nodes[node].get("labels") == CPU_POOL, report
 
 
 def test_a_session_works_end_to_end_across_nodes(report: dict[str, Any]) -> None:

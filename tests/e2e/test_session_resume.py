@@ -4,7 +4,9 @@ store's detached actor), come back with their id and items on the replacement, a
 token that is not a live one is refused before any session state is touched."""
 
 import asyncio
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -18,6 +20,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from deployments.app import build_app
+from loadtest.report import write
+from loadtest.run import LoadConfig, run_load
 
 APP = "voice-resume"
 TINY = {"num_cpus": 0.01}
@@ -28,7 +32,7 @@ DRAIN_S = 5.0
 
 def app_config(instructions: str) -> dict[str, Any]:
     ingress = {
-        "max_sessions": 4,
+        "max_sessions": 6,
         "instructions": instructions,
         "drain_s": DRAIN_S,
         "shutdown_poll_s": 0.5,
@@ -152,3 +156,42 @@ async def test_a_redeploy_drains_the_old_replicas_sessions_and_they_resume_on_th
             assert created(again).id == tokens[name][0]
             await answer(again, question)
             assert finished_items(again)[:-2] == items[name]
+
+
+async def recent_turns(resume_url: str) -> int:
+    """How many turns the ingress replica has answered lately (``/stats/turns``)."""
+    stats = resume_url.replace("ws://", "http://").removesuffix("/v1") + "/stats/turns"
+
+    def read() -> int:
+        with urllib.request.urlopen(stats, timeout=10) as reply:
+            return len(json.loads(reply.read()))
+
+    return await asyncio.to_thread(read)
+
+
+async def test_the_load_harness_resumes_its_sessions_when_their_replica_is_killed(
+    resume_url: str, tmp_path: Any
+) -> None:
+    """Three harness sessions (``--resume``) on the one ingress replica, which is killed once
+    each has been answered: every session resumes on the replacement and finishes its
+    script, and nothing stale or foreign arrives. A kill loses at most the last record
+    write's changes, so at most one item per lost connection may be missing."""
+    config = LoadConfig(
+        f"{resume_url}/realtime", 3, 5, 0.3, 0.0, ramp_s=0, duration_s=None, seed=2, calibrate=False, resume=True
+    )
+    before = await recent_turns(resume_url)
+    harness = asyncio.create_task(run_load(config))
+    while await recent_turns(resume_url) < before + 3:
+        assert not harness.done(), harness
+        await asyncio.sleep(0.2)  # the replica's own count: no event reaches the test
+    (ingress,) = replicas("RealtimeIngress", APP)
+    ray.kill(ingress, no_restart=True)
+    summary = write(await harness, tmp_path / "resume.json")
+    print(json.dumps(summary["resume"]))  # for whoever reads the log
+
+    counts, resume = summary["counts"], summary["resume"]
+    assert resume["connections_lost"] >= 3 and resume["by_reason"].get("1006", 0) >= 3, resume
+    assert resume["resumed"] == resume["connections_lost"] and resume["not_resumed"] == 0, resume
+    assert resume["items_seen_before_loss"] >= 6 and resume["items_lost"] <= resume["connections_lost"], resume
+    assert counts["disconnects"] == counts["stale_bytes"] == counts["leaks"] == 0, counts
+    assert counts["turns"] >= 15 and counts["completed"] >= 12, counts

@@ -32,7 +32,7 @@ from loadtest.client import (
 from loadtest.echo_server import ANSWER_S, EchoServer
 from loadtest.prompts import PromptSet, tone_prompts
 from loadtest.run import LoadConfig, LoadResult
-from loadtest.session_log import SessionListener, SessionLog, Turn
+from loadtest.session_log import Resume, SessionListener, SessionLog, Turn
 from loadtest.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 
 ANSWER_BYTES = int(ANSWER_S * REALTIME_RATE) * 2
@@ -406,3 +406,36 @@ def test_the_longest_silence_inside_an_answer_is_measured_as_a_listener_hears_it
     for now in (1.0, 1.05, 1.5):
         listener.on_event({"type": "response.output_audio.delta", "response_id": "resp_1", "delta": delta}, now)
     assert turn.response is not None and turn.response.longest_gap_s == pytest.approx(0.3)
+
+
+def test_a_resumed_connection_files_its_replay_and_counts_the_items_it_lacks() -> None:
+    """The items a resumed session replays (right after ``session.created``) are filed as the
+    replay; items the client saw finished and the replay lacks are lost, counted from the
+    oldest one replayed (older ones the server's history cap let go); an answer in flight
+    when a connection ends ends ``connection_lost``."""
+    log = SessionLog(0)
+    first = SessionListener(log)
+
+    def done(item_id: str) -> dict[str, object]:
+        return {"type": "conversation.item.done", "item": {"id": item_id}}
+
+    first.on_event({"type": "session.created", "session": {"model": "m", "resume_token": "sess_a.t1"}}, 0.0)
+    for item_id in ("i1", "i2", "i3", "i4"):
+        first.on_event(done(item_id), 1.0)
+    first.on_event({"type": "response.created", "response": {"id": "r5"}}, 2.0)
+    first.connection_ended()
+    assert first.resume_token == "sess_a.t1" and log.disconnected
+    assert first._responses["r5"].status == "connection_lost" and first._responses["r5"].done.is_set()
+
+    resume = Resume("1006", 3.0, list(log.finished_items))
+    again = SessionListener(log, resume)
+    again.on_event({"type": "session.created", "session": {"model": "m", "resume_token": "sess_a.t2"}}, 3.5)
+    for item_id in ("i2", "i4"):  # i1: past the history cap; i3: lost
+        again.on_event({"type": "conversation.item.added", "item": {"id": item_id}}, 3.5)
+        again.on_event(done(item_id), 3.5)
+    again.on_event({"type": "input_audio_buffer.speech_started"}, 4.0)
+    again.on_event(done("i5"), 5.0)
+    assert resume.resumed_at == 3.5 and not log.disconnected and again.resume_token == "sess_a.t2"
+    assert resume.items_replayed == ["i2", "i4"] and resume.items_lost == 1
+    assert log.finished_items == ["i1", "i2", "i3", "i4", "i5"], "the replay is not counted twice"
+    assert Resume("1006", 0.0, ["i1"]).items_lost == 0, "not resumed: nothing counted as lost"

@@ -384,6 +384,10 @@ class InProcessActor:
                 self._served.clear()
                 await self._served.wait()
 
+    def restart(self, target: Any) -> None:
+        """The actor died and Ray started it again: ``target`` holds its (fresh) state."""
+        self._target = target
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._target, name)
         actor = self

@@ -49,14 +49,33 @@ def replayed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_a_token_resumes_once_and_moves_the_record_to_a_new_epoch() -> None:
     records = SessionRecords(WINDOW_S)
     token = ResumeToken.new("sess_a")
-    records.open("sess_a", digest(token.secret), None, EMPTY_STATE)
-    assert records.save("sess_a", 0, {"settings": {}, "items": [{"kind": "x"}]})
-    found = records.resume("sess_a", digest(token.secret), None, digest("next"))
+    secret = digest(token.secret)
+    records.open("sess_a", secret, None, EMPTY_STATE)
+    assert records.save("sess_a", 0, {"settings": {}, "items": [{"kind": "x"}]}, secret, None)
+    found = records.resume("sess_a", secret, None, digest("next"))
     assert found == (1, {"settings": {}, "items": [{"kind": "x"}]})
-    assert records.resume("sess_a", digest(token.secret), None, digest("again")) is None, "a used token"
-    assert not records.save("sess_a", 0, EMPTY_STATE), "the connection it was taken from can no longer write"
-    assert records.save("sess_a", 1, EMPTY_STATE)
+    assert records.resume("sess_a", secret, None, digest("again")) is None, "a used token"
+    assert not records.save("sess_a", 0, EMPTY_STATE, secret, None), "the connection it was taken from cannot write"
+    assert records.save("sess_a", 1, EMPTY_STATE, digest("next"), None)
     assert records.resume("sess_a", digest("next"), None, digest("third")) is not None
+
+
+def test_a_store_that_restarted_empty_takes_its_open_sessions_records_again() -> None:
+    """Ray restarts a lost store actor with no records: an open session's next write is
+    kept, not taken for a resume elsewhere (that closed calls on a lost node, CI 2026-12-05),
+    and its token resumes it; the newest epoch wins whichever connection writes first."""
+    restarted = SessionRecords(WINDOW_S)
+    state = {"settings": {}, "items": [{"kind": "x"}]}
+    assert restarted.renew(["sess_a", "sess_b"]) == ["sess_a", "sess_b"], "both to be written again"
+    assert restarted.save("sess_a", 0, state, digest("a0"), None)
+    assert restarted.renew(["sess_a", "sess_b"]) == ["sess_b"]
+    assert restarted.resume("sess_a", digest("a0"), None, digest("a1")) == (1, state)
+
+    assert restarted.save("sess_b", 2, EMPTY_STATE, digest("b2"), None), "a stale connection wrote first"
+    assert restarted.save("sess_b", 3, state, digest("b3"), None), "the current one takes it over"
+    assert not restarted.save("sess_b", 2, EMPTY_STATE, digest("b2"), None)
+    assert restarted.resume("sess_b", digest("b2"), None, digest("n")) is None
+    assert restarted.resume("sess_b", digest("b3"), None, digest("b4")) == (4, state)
 
 
 def test_a_wrong_foreign_or_expired_token_is_refused_and_changes_nothing() -> None:
@@ -77,7 +96,7 @@ def test_a_wrong_foreign_or_expired_token_is_refused_and_changes_nothing() -> No
     assert records.resume("sess_b", digest("b's secret"), key, digest("n")) is None, "expired"
     assert records.resume("sess_a", digest(token.secret), key, digest("n")) == (1, EMPTY_STATE), "untouched"
     clock.now += WINDOW_S
-    assert not records.save("sess_a", 1, EMPTY_STATE), "expired records take no writes"
+    assert records.resume("sess_a", digest("n"), key, digest("m")) is None, "expired"
 
 
 @settings(max_examples=300, deadline=None)
@@ -197,3 +216,31 @@ async def test_a_connection_whose_session_was_resumed_elsewhere_is_closed_at_its
             settings = lambda: records._records[stored.session_id].state["settings"]  # noqa: E731
             await actor.until(lambda: settings().get("instructions") == "Ours.")
             assert not new.task.done()  # type: ignore[union-attr]
+
+
+async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> None:
+    """The store actor is lost (its node went) and Ray starts it again, empty, while three
+    sessions are open: the one that changes next writes its record again and stays open (it
+    was closed as ``session_resumed_elsewhere``), the idle ones are written again at the
+    next renewal, and every token resumes its own session."""
+    stages = FakeStages()
+    actor = InProcessActor(SessionRecords(WINDOW_S))
+    store = SessionStore(actor, 0.2, None)  # type: ignore[arg-type]  # renewals every 50 ms
+    stored = [await store.new_session() for _ in range(3)]
+    async with (
+        Harness(stages, name="busy", stored=stored[0]) as busy,
+        Harness(stages, name="idle-1", stored=stored[1]),
+        Harness(stages, name="idle-2", stored=stored[2]),
+    ):
+        restarted = SessionRecords(WINDOW_S)
+        actor.restart(restarted)
+        busy.socket.client_sends(type="session.update", session={"type": "realtime", "instructions": "Still here."})
+        await busy.socket.wait_type("session.updated")
+        await actor.until(lambda: {s.session_id for s in stored} <= restarted._records.keys())
+        assert restarted._records[stored[0].session_id].state["settings"]["instructions"] == "Still here."
+        append_audio(busy.socket, speech(1))
+        await busy.socket.wait_type("response.done")
+        assert not busy.socket.of_type("error") and not busy.task.done()  # type: ignore[union-attr]
+    for session in stored:
+        resumed = await store.resumed_session(session.resume_token)
+        assert resumed is not None and resumed.session_id == session.session_id
