@@ -142,6 +142,7 @@ class RealtimeIngress:
         loaded) and none is known to have no running replica (``unavailable``: this replica's
         calls to it fail at once): ``make run`` and load balancers wait for this, not for the
         ingress alone. A detector in this replica loaded before it answered anything."""
+        await self._sessions.watched()
         answers = await asyncio.gather(*(self._ready(handle) for handle in self._models.values()))
         models = {"vad": True} | dict(zip(self._models, answers, strict=True))
         turning_away = self._sessions.closing or self._sessions.draining
@@ -186,6 +187,7 @@ class RealtimeIngress:
         if refused is not None:
             await deny(websocket, 403, "access_refused", refused)  # before accept: no session state
             return
+        await self._sessions.watched()
         refusal = self._sessions.refusal()
         if refusal is not None:  # before a resume: a refused client keeps its token
             await websocket.accept(subprotocol=chosen_subprotocol(offered))
@@ -220,6 +222,7 @@ class RealtimeIngress:
         refused = self._access.refusal(request, [])
         if refused is not None:
             return refusal(403, "access_refused", refused)
+        await self._sessions.watched()
         turned_away = self._sessions.refusal()
         if turned_away is not None:
             return refusal(503, turned_away.error.code or "unavailable", turned_away.error.message)

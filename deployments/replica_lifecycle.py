@@ -2,9 +2,12 @@
 
 Admission counts a session against ``max_sessions`` before its first await (a burst cannot
 overrun the cap) and refuses the rest with an ``error`` event. Serve ends a replica by
-waiting for its requests, and an open WebSocket never ends by itself, so while sessions are
-open a watch asks the controller what it is doing with this replica (every
-``shutdown_poll_s``):
+waiting for its requests, and an open WebSocket never ends by itself, so from the replica's
+first request on a watch asks the controller what it is doing with this replica (every
+``shutdown_poll_s``, ~1.3 ms of CPU each), and the first session waits for its first look:
+Serve still routes new requests to a replica it is moving off a draining node
+(``PENDING_MIGRATION``), and one that had no session took a resume there, then drained it
+(the simulated cluster's node drain):
 
 - the application is being deleted: close every session with 1001 now;
 - this replica alone is being stopped (a new version, a scale-down): drain it. It takes no
@@ -13,6 +16,7 @@ open a watch asks the controller what it is doing with this replica (every
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +30,9 @@ from deployments.realtime.protocol import CLOSE_GOING_AWAY, CLOSE_SERVICE_RESTAR
 from deployments.realtime.session import RealtimeSession
 
 logger = logging.getLogger(__name__)
+
+FIRST_LOOK_TIMEOUT_S = 2.0
+"""Longest a replica's first session waits for the watch's first look (then it is let in)."""
 
 
 class ReplicaSessions:
@@ -42,12 +49,22 @@ class ReplicaSessions:
         self.draining = False
         """This replica is being stopped while the application lives on."""
         self._watch: asyncio.Task[None] | None = None
+        self._looked = asyncio.Event()
+        """The watch has asked the controller once (answered or not)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
 
+    async def watched(self) -> None:
+        """Until the watch runs and has looked once (at most ``FIRST_LOOK_TIMEOUT_S``)."""
+        if self._watch is None or self._watch.done():
+            self._watch = spawn_detached(self._watch_replica())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_LOOK_TIMEOUT_S):
+                await self._looked.wait()
+
     def refusal(self) -> RealtimeErrorEvent | None:
-        """Why a new session is turned away now, if it is."""
+        """Why a new session is turned away now, if it is (after :meth:`watched`)."""
         if self.closing:
             return error_event(ProtocolError("server_shutting_down", "the server is shutting down"), "server_error")
         if self.draining:
@@ -73,8 +90,6 @@ class ReplicaSessions:
         """``session`` is open on this replica for the block's length, and watched over."""
         self._sessions.add(session)
         self._open_gauge.set(len(self._sessions))
-        if self._watch is None or self._watch.done():
-            self._watch = spawn_detached(self._watch_replica())
         try:
             yield
         finally:
@@ -82,18 +97,19 @@ class ReplicaSessions:
             self._open_gauge.set(len(self._sessions))
 
     async def _watch_replica(self) -> None:
-        while self._sessions and not self.closing:
-            await asyncio.sleep(self._poll_s)
+        while not self.closing:
             try:
                 fate = await asyncio.to_thread(this_replica_fate)
             except Exception as exc:  # the controller did not answer: decide nothing, look again
                 logger.warning("shutdown watch: the Serve controller did not answer: %r", exc)
-                continue
+                fate = ReplicaFate.UNKNOWN
             if fate is ReplicaFate.APP_GOING_AWAY:
                 await self.close_all()
             elif fate is ReplicaFate.STOPPING and not self.draining:
                 self.draining = True
                 spawn_detached(self._drain())
+            self._looked.set()
+            await asyncio.sleep(self._poll_s)
 
     async def _drain(self) -> None:
         logger.warning(

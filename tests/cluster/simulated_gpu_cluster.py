@@ -16,9 +16,11 @@ replaces a lost pod), and what the sessions saw meanwhile.
 
 import asyncio
 import base64
+import contextlib
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ ANSWER_WORDS = 40
 SYNTHETIC = {"answer_words": ANSWER_WORDS, "tokens_per_s": 10}
 """Answers of several seconds, so that a node can be lost while one is being spoken."""
 STAGE_TIMEOUT_S = 10
+DRAIN_S = 5
 REPORT_TIMEOUT_S = 60
 """How long every replica of a deployment has to answer `placement()`."""
 
@@ -88,6 +91,8 @@ def serve_config(spec: dict[str, Any], port: int, tts_replicas: int) -> dict[str
         args[stage].pop("handler", None)
     args["tts"]["deployment"]["autoscaling_config"]["min_replicas"] = tts_replicas
     args["ingress"]["stage_timeout_s"] = STAGE_TIMEOUT_S
+    args["ingress"]["drain_s"] = DRAIN_S  # the chart's 5 minutes, shortened for the test
+    args["ingress"]["deployment"]["graceful_shutdown_timeout_s"] = DRAIN_S + 10
     args["synthetic"] = SYNTHETIC
     ServeDeploySchema.model_validate(config)
     return config
@@ -302,8 +307,71 @@ async def scenario(simulated: SimulatedCluster, spec: dict[str, Any]) -> dict[st
         await client.ask(6)
         report["same_session_after_replacement"] = outcome(await client.until("response.done"), client)
     report["new_session_after_replacement"] = await converse(url, 7)
+    report["node_drain"] = await stop_the_ingress_pod(simulated, url)
     report["nodes"] = simulated.shapes
     return report
+
+
+@contextlib.asynccontextmanager
+async def resumed(url: str, refusals: list[str], attempts: int = 20) -> AsyncIterator[Client]:
+    """A session resumed as a client should: a replica that is itself being moved refuses
+    it (``server_draining``, 1013) and the client tries again, a second later."""
+    for _ in range(attempts):
+        async with websockets.connect(url, max_size=None) as connection:
+            client = Client(connection)
+            first = json.loads(await connection.recv())
+            client.events.append(first)
+            if first["type"] == "session.created":
+                yield client
+                return
+            refusals.append(first["error"]["code"])
+        await asyncio.sleep(1.0)  # a client's backoff, not a wait for an event
+    raise RuntimeError(f"not resumed: {refusals}")
+
+
+async def stop_the_ingress_pod(simulated: SimulatedCluster, url: str) -> dict[str, Any]:
+    """Kubernetes stops the CPU pod that holds the ingress (a node upgrade, an eviction): the
+    chart's preStop hook (``cluster.prestop``, run as the pod runs it) drains its Ray node. A
+    session that asked to be told is told, closed with 1012 and resumed on the replacement
+    replica, on a second CPU pod, where it answers from its earlier turn."""
+    spare = simulated.add("cpu", simulated.group_shape("cpu"), " (spare)")
+    rows = await Placements(simulated.names).rows()
+    (before,) = {row["node"] for row in rows if row["deployment"] == "RealtimeIngress"}  # the one CPU pod
+    node_id = simulated.by_name(before).node_id
+    drain: dict[str, Any] = {"ingress_node_before": before, "spare": simulated.names[spare.node_id]}
+    async with websockets.connect(f"{url}?drain_notice=true", max_size=None) as connection:
+        client = Client(connection)
+        created = (await client.until("session.created"))["session"]
+        await client.ask(8)
+        await client.until("response.done")
+        prestop = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cluster.prestop",
+            f"--address={ray.get_runtime_context().gcs_address}",
+            f"--node-id={node_id}",
+            "--deadline-s=120",
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        drain["told"] = (await client.until("session.draining"))["closes_in_ms"]
+        try:
+            await client.until("never")
+        except websockets.ConnectionClosed as closed:
+            drain["closed_code"] = closed.rcvd.code if closed.rcvd is not None else None
+    items = [event["item"]["id"] for event in client.of_type("conversation.item.done")]
+    drain["resume_refusals"] = []
+    async with resumed(f"{url}?resume_token={created['resume_token']}", drain["resume_refusals"]) as again:
+        drain["resumed_same_id"] = again.of_type("session.created")[0]["session"]["id"] == created["id"]
+        await again.ask(9)
+        drain["answer_after_resume"] = outcome(await again.until("response.done"), again)
+        replayed = [event["item"]["id"] for event in again.of_type("conversation.item.done")]
+        drain["items_replayed"] = replayed[: len(items)] == items
+    stdout, _ = await prestop.communicate()
+    drain["prestop"] = {"rc": prestop.returncode, "said": stdout.decode().strip()}
+    rows = await Placements(simulated.names).rows()
+    drain["ingress_nodes_after"] = sorted({row["node"] for row in rows if row["deployment"] == "RealtimeIngress"})
+    return drain
 
 
 def main(out: Path) -> None:

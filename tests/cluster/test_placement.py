@@ -124,3 +124,16 @@ def test_losing_a_gpu_pod_fails_only_the_answer_in_flight_then_serve_reschedules
     assert answered(report["same_session_after_replacement"], 6)
     assert answered(report["new_session_after_replacement"], 7)
     assert report["new_session_after_replacement"]["errors"] == []
+
+
+def test_a_cpu_pod_stopped_through_its_prestop_hook_hands_its_calls_to_another(report: dict[str, Any]) -> None:
+    """The chart's preStop hook drains the pod's Ray node: Serve moves both ingress replicas
+    to the spare CPU pod, the session that asked is told, closed with 1012, and resumes there with
+    its items, answering its next question; the hook returns once the node holds no replica."""
+    drain = report["node_drain"]
+    assert drain["prestop"]["rc"] == 0 and "0 Serve replicas left" in drain["prestop"]["said"], drain
+    assert drain["told"] > 0 and drain["closed_code"] == 1012, drain
+    assert drain["resumed_same_id"] and drain["items_replayed"], drain
+    assert set(drain["resume_refusals"]) <= {"server_draining"}, "only a replica being moved turned it away"
+    assert answered(drain["answer_after_resume"], 9), drain
+    assert drain["ingress_nodes_after"] == [drain["spare"]], drain

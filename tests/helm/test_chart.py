@@ -5,6 +5,7 @@ config against Serve's own schema and our app builder, and kept equal to cluster
 import copy
 import importlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,38 @@ def test_behind_haproxy_the_ingress_keeps_a_fixed_replica_count() -> None:
     args = yaml.safe_load(rayservice()["spec"]["serveConfigV2"])["applications"][0]["args"]
     assert "autoscaling_config" not in args["ingress"]["deployment"]
     assert args["ingress"]["deployment"]["num_replicas"] >= 2
+
+
+def test_every_wait_of_a_stopping_pod_or_cluster_is_set_from_the_ingress_drain() -> None:
+    """The ingress's drain_s and graceful_shutdown_timeout_s set the rest: an upgrade's old
+    cluster lives drain_s, each worker pod's preStop hook drains its Ray node for up to the
+    grace period + 10 s and Kubernetes waits 30 s more before SIGKILL; a HAProxy hard stop
+    that would cut calls being drained fails the render."""
+    ingress = {"drain_s": 120, "deployment": {"graceful_shutdown_timeout_s": 150}}
+    drain = {"serve": {"app": {"args": {"ingress": ingress}}}}
+    for values, drain_s, grace_s in ((None, 300, 330), (drain, 120, 150)):
+        spec = rayservice(values)["spec"]
+        assert spec["upgradeStrategy"] == {"type": "NewCluster"}
+        assert spec["rayClusterDeletionDelaySeconds"] == drain_s
+        for group in spec["rayClusterConfig"]["workerGroupSpecs"]:
+            pod = group["template"]["spec"]
+            assert pod["terminationGracePeriodSeconds"] == grace_s + 40
+            (container,) = pod["containers"]
+            hook = container["lifecycle"]["preStop"]["exec"]["command"]
+            assert hook == ["python", "-m", "cluster.prestop", "--deadline-s", str(grace_s + 10)]
+    with pytest.raises(helm.HelmError, match=r"hardStopAfterS \(300\) must be at least .* \(340\)"):
+        render({"haproxy": {"hardStopAfterS": 300}})
+    render({"haproxy": {"hardStopAfterS": 300}, "dataPath": "proxy"})  # no HAProxy: no hard stop
+
+
+def test_the_prestop_hook_is_in_the_image_and_refuses_a_bad_deadline() -> None:
+    """The hook runs ``python -m cluster.prestop`` in the app's image: the package ships
+    ``cluster`` (pyproject), and a bad argument is a usage error, not a traceback."""
+    run = subprocess.run(
+        [sys.executable, "-m", "cluster.prestop", "--deadline-s", "0"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert run.returncode == 2 and "--deadline-s must be positive" in run.stderr
+    assert "cluster*" in (ROOT / "pyproject.toml").read_text()
 
 
 def test_chart_lints_clean() -> None:

@@ -90,3 +90,40 @@ the ingress replicas would fail to start. */}}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* How long a call may outlive the replica it is on: the ingress's drain_s, and its
+graceful_shutdown_timeout_s, after which Serve kills the replica (AppConfig's defaults when
+unset). Every pod-level wait is set from them (helm/s2s-serve/README.md, "Live calls"). */}}
+{{- define "s2s-serve.drainS" -}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict -}}
+{{- $ingress.drain_s | default 10 | int -}}
+{{- end -}}
+{{- define "s2s-serve.graceS" -}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict -}}
+{{- $deployment := $ingress.deployment | default dict -}}
+{{- $deployment.graceful_shutdown_timeout_s | default 20 | int -}}
+{{- end -}}
+
+{{/* Worker pods' preStop hook and grace period: the hook drains the pod's Ray node
+(cluster/prestop.py) for up to the ingress's grace period plus 10 s; Kubernetes waits 30 s
+more before it kills the pod. */}}
+{{- define "s2s-serve.workerStop" -}}
+{{- $grace := include "s2s-serve.graceS" . | int -}}
+terminationGracePeriodSeconds: {{ add $grace 40 }}
+{{- end -}}
+{{- define "s2s-serve.preStop" -}}
+{{- $grace := include "s2s-serve.graceS" . | int -}}
+lifecycle:
+  preStop:
+    exec:
+      command: ["python", "-m", "cluster.prestop", "--deadline-s", "{{ add $grace 10 }}"]
+{{- end -}}
+
+{{/* Fails the render when HAProxy would cut calls before a drain could hand them over:
+its old process, after a reload, holds its tunnels for hardStopAfterS at most. */}}
+{{- define "s2s-serve.checkHardStop" -}}
+{{- $grace := include "s2s-serve.graceS" . | int -}}
+{{- if and (eq .Values.dataPath "haproxy") (lt (int .Values.haproxy.hardStopAfterS) (add $grace 10 | int)) }}
+{{- fail (printf "haproxy.hardStopAfterS (%v) must be at least the ingress's graceful_shutdown_timeout_s plus 10 (%d): HAProxy would cut calls that are still being drained" .Values.haproxy.hardStopAfterS (add $grace 10)) }}
+{{- end }}
+{{- end -}}

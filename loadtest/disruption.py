@@ -1,0 +1,127 @@
+"""Issue 40's scenarios: the load harness, resuming (``--resume``), against a running app
+while the cluster changes under it.
+
+At ``--at-s`` after the sessions start, one of:
+
+- ``kill-ingress``: SIGKILL of one ingress replica's process, found by its Ray process title
+  (``ray::ServeReplica:<app>:RealtimeIngress``): a lost pod, an OOM kill;
+- ``redeploy``: the app deployed again from ``--config`` with one argument changed (the
+  ingress's instructions), from a driver of the running cluster, as a ``serve deploy`` or a
+  ``helm upgrade`` of the app's args does.
+
+Prints one JSON object: the harness's counts and its ``resume`` section, latencies, and what
+was done when. For example, against ``make serve-loadtest``::
+
+    python -m loadtest.disruption kill-ingress --url ws://127.0.0.1:8000/v1/realtime \\
+        --sessions 100 --turns 1000 --duration-s 120 --ramp-s 30 --at-s 60 --out r.json
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from loadtest.report import write
+from loadtest.run import LoadConfig, run_load
+
+INGRESS_TITLE = "ServeReplica:{app}:RealtimeIngress"
+
+
+def ingress_pids(app: str) -> list[int]:
+    """The processes of the app's ingress replicas (Ray sets each worker's title)."""
+    title = INGRESS_TITLE.format(app=app)
+    return sorted(
+        process.pid
+        for process in psutil.process_iter(["cmdline"])
+        if any(title in part for part in process.info["cmdline"] or [])
+    )
+
+
+def kill_one_ingress(app: str) -> dict[str, Any]:
+    pids = ingress_pids(app)
+    if not pids:
+        raise RuntimeError(f"no ingress replica of app {app!r} runs on this machine")
+    os.kill(pids[0], signal.SIGKILL)
+    return {"killed_pid": pids[0], "ingress_replicas": len(pids)}
+
+
+REDEPLOY = """
+import sys, yaml, ray
+from ray import serve
+from deployments.app import build_app
+app = yaml.safe_load(open(sys.argv[1]))["applications"][0]
+app["args"].setdefault("ingress", {})["instructions"] = sys.argv[2]
+ray.init(address="auto", log_to_driver=False)
+serve.run(build_app(app["args"]), name=app["name"], route_prefix=app.get("route_prefix", "/"), blocking=False)
+"""
+
+
+def redeploy(config: Path) -> dict[str, Any]:
+    """The app again, one argument changed; from a process of its own (a driver that joins
+    the cluster, as ``serve deploy`` would), returning once the controller took it."""
+    instructions = f"Redeployed at {time.strftime('%H:%M:%S')}."
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", REDEPLOY, str(config), instructions], check=True, capture_output=True)
+    return {"redeployed_with": instructions, "deploy_call_s": round(time.monotonic() - started, 2)}
+
+
+async def scenario(kind: str, load: LoadConfig, at_s: float, app: str, config: Path) -> tuple[Any, dict[str, Any]]:
+    harness = asyncio.ensure_future(run_load(load))
+    started = time.monotonic()
+    await asyncio.sleep(at_s)  # the scenario's schedule: when the disruption comes
+    disruption: dict[str, Any] = {"kind": kind, "at_s": round(time.monotonic() - started, 1)}
+    if kind == "kill-ingress":
+        disruption |= kill_one_ingress(app)
+    else:
+        disruption |= await asyncio.to_thread(redeploy, config)
+    return await harness, disruption
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.disruption", description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["kill-ingress", "redeploy"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--duration-s", type=float, default=120.0)
+    parser.add_argument("--ramp-s", type=float, default=30.0)
+    parser.add_argument("--at-s", type=float, default=60.0, help="when the disruption comes, from the start")
+    parser.add_argument("--interrupt-rate", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--app", default="voice")
+    parser.add_argument("--config", type=Path, default=Path("cluster/loadtest.yaml"), help="for redeploy")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not args.ramp_s < args.at_s < args.duration_s:
+        parser.error("--at-s must come after the ramp and before the end")
+    load = LoadConfig(
+        args.url,
+        args.sessions,
+        args.turns,
+        args.interrupt_rate,
+        0.0,
+        ramp_s=args.ramp_s,
+        duration_s=args.duration_s,
+        seed=args.seed,
+        calibrate=False,
+        resume=True,
+    )
+    result, disruption = asyncio.run(scenario(args.kind, load, args.at_s, args.app, args.config))
+    summary = write(result, args.out)
+    summary["disruption"] = disruption
+    args.out.write_text(json.dumps(summary, indent=2))
+    keys = ("counts", "resume", "disruption")
+    print(json.dumps({key: summary[key] for key in keys} | {"latency_ms": summary["latency_ms"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
