@@ -120,6 +120,7 @@ class RealtimeIngress:
         self._sessions = ReplicaSessions(
             config.max_sessions, config.shutdown_poll_s, config.drain_s, self._metrics.active_sessions
         )
+        self._sessions.start_watch()  # Serve runs the constructor in the replica's event loop
         self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
 

@@ -3,11 +3,13 @@
 Admission counts a session against ``max_sessions`` before its first await (a burst cannot
 overrun the cap) and refuses the rest with an ``error`` event. Serve ends a replica by
 waiting for its requests, and an open WebSocket never ends by itself, so from the replica's
-first request on a watch asks the controller what it is doing with this replica (every
-``shutdown_poll_s``, ~1.3 ms of CPU each), and the first session waits for its first look:
+start a watch asks the controller what it is doing with this replica (every
+``shutdown_poll_s``, ~1.3 ms of CPU each), and no session is let in before its first look:
 Serve still routes new requests to a replica it is moving off a draining node
 (``PENDING_MIGRATION``), and one that had no session took a resume there, then drained it
-(the simulated cluster's node drain):
+(the simulated cluster's node drain). The watch starts in the replica's constructor: started
+by the first request instead, its first look under a redeploy's load took over 2 s, and 100
+resuming sessions each waited for it (a ``loadtest.disruption redeploy`` run):
 
 - the application is being deleted: close every session with 1001 now;
 - this replica alone is being stopped (a new version, a scale-down): drain it. It takes no
@@ -55,10 +57,14 @@ class ReplicaSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    async def watched(self) -> None:
-        """Until the watch runs and has looked once (at most ``FIRST_LOOK_TIMEOUT_S``)."""
+    def start_watch(self) -> None:
+        """Watch this replica's fate from now on (call in the replica's event loop)."""
         if self._watch is None or self._watch.done():
             self._watch = spawn_detached(self._watch_replica())
+
+    async def watched(self) -> None:
+        """Until the watch runs and has looked once (at most ``FIRST_LOOK_TIMEOUT_S``)."""
+        self.start_watch()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FIRST_LOOK_TIMEOUT_S):
                 await self._looked.wait()

@@ -184,7 +184,8 @@ class Session:
             finished = len(self.log.turns) >= turns or time.monotonic() >= deadline
             if lost is None or not self._resume or token is None or finished:
                 break
-            resuming, attempts = Resume(lost, time.monotonic(), list(self.log.finished_items)), 0
+            resuming = Resume(lost, time.monotonic(), list(self.log.finished_items), told=self._heard.drain_told)
+            attempts = 0
             self.log.resumes.append(resuming)
         return self.log
 

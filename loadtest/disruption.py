@@ -13,7 +13,7 @@ Prints one JSON object: the harness's counts and its ``resume`` section, latenci
 was done when. For example, against ``make serve-loadtest``::
 
     python -m loadtest.disruption kill-ingress --url ws://127.0.0.1:8000/v1/realtime \\
-        --sessions 100 --turns 1000 --duration-s 120 --ramp-s 30 --at-s 60 --out r.json
+        --sessions 100 --turns 1000 --duration-s 120 --ramp-s 30 --at-s 70 --out r.json
 """
 
 import argparse
@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--duration-s", type=float, default=120.0)
     parser.add_argument("--ramp-s", type=float, default=30.0)
-    parser.add_argument("--at-s", type=float, default=60.0, help="when the disruption comes, from the start")
+    parser.add_argument(
+        "--at-s", type=float, default=70.0, help="when the disruption comes, from the start (calibration included)"
+    )
     parser.add_argument("--interrupt-rate", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--app", default="voice")
@@ -111,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
         ramp_s=args.ramp_s,
         duration_s=args.duration_s,
         seed=args.seed,
-        calibrate=False,
         resume=True,
     )
     result, disruption = asyncio.run(scenario(args.kind, load, args.at_s, args.app, args.config))

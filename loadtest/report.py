@@ -147,9 +147,10 @@ def summarize(result: LoadResult) -> dict[str, Any]:
 
 def resume_summary(logs: list[SessionLog], responses: list[Response]) -> dict[str, Any]:
     """What drops and drains did to the sessions (``--resume``): how many connections were
-    lost and why, how many were resumed and how fast (from the loss, the client's reconnect
-    included, to the resumed ``session.created``), the items the resumed sessions did not
-    hold, and the answers that were in flight."""
+    lost and why (``lost_untold``: with no ``session.draining`` first), how many were
+    resumed and how fast (from the loss, the client's reconnect included, to the resumed
+    ``session.created``), the items the resumed sessions did not hold, and the answers that
+    were in flight."""
     resumes = [resume for log in logs for resume in log.resumes]
     resumed = [resume for resume in resumes if resume.resumed_at is not None]
     reasons: dict[str, int] = {}
@@ -159,6 +160,7 @@ def resume_summary(logs: list[SessionLog], responses: list[Response]) -> dict[st
         "sessions_dropped": sum(bool(log.resumes) or log.disconnected for log in logs),
         "connections_lost": len(resumes),
         "by_reason": reasons,
+        "lost_untold": sum(not resume.told for resume in resumes),
         "resumed": len(resumed),
         "not_resumed": len(resumes) - len(resumed),
         "resume_attempts_refused": sum(len(resume.refusals) for resume in resumes),

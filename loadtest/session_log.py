@@ -108,6 +108,8 @@ class Resume:
     lost_at: float
     items_before: list[str]
     """The items the client had seen finished (``conversation.item.done``), oldest first."""
+    told: bool = False
+    """The server had said ``session.draining`` on the lost connection before it ended."""
     resumed_at: float | None = None
     """When the resumed session's ``session.created`` came (``None``: never resumed)."""
     refusals: list[str] = field(default_factory=list)
