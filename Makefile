@@ -97,7 +97,7 @@ test-fast: install-dev
 	$(PY) -m pytest -m fast -q
 
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
-TYPED := cancel handlers deployments loadtest cluster examples/talk.py helm/values_schema.py
+TYPED := cancel handlers deployments loadtest cluster examples/talk.py examples/chat.py helm/values_schema.py
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -4,11 +4,13 @@ store's detached actor), come back with their id and items on the replacement, a
 token that is not a live one is refused before any session state is touched."""
 
 import asyncio
+import importlib.util
 import json
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +197,28 @@ async def test_the_load_harness_resumes_its_sessions_when_their_replica_is_kille
     assert resume["items_seen_before_loss"] >= 6 and resume["items_lost"] <= resume["connections_lost"], resume
     assert counts["disconnects"] == counts["stale_bytes"] == counts["leaks"] == 0, counts
     assert counts["turns"] >= 15 and counts["completed"] >= 12, counts
+
+
+def chat_example() -> Any:
+    """``examples/chat.py``, the README's resuming client, as a module."""
+    spec = importlib.util.spec_from_file_location("chat_example", Path(__file__).parents[2] / "examples" / "chat.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_chat_example_keeps_its_conversation_through_a_killed_replica(resume_url: str) -> None:
+    """The example's chat asks three questions; the only ingress replica is killed once the
+    first is answered: the chat resumes the same session on the replacement (the stock SDK,
+    ``extra_query``) and gets the other two answers."""
+
+    async def kill_after_the_first(answer: str) -> None:
+        if answer.startswith("Answer 1:"):
+            (ingress,) = replicas("RealtimeIngress", APP)
+            ray.kill(ingress, no_restart=True)
+
+    questions = ["Question 1.", "Question 2.", "Question 3."]
+    answers, sessions = await chat_example().chat(resume_url, questions, kill_after_the_first)
+    assert [answer.split(":")[0] for answer in answers] == ["Answer 1", "Answer 2", "Answer 3"], answers
+    assert len(sessions) >= 2 and len(set(sessions)) == 1, "resumed: the same session on a new connection"
