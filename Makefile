@@ -41,13 +41,15 @@ $(INSTALLED): pyproject.toml Makefile
 	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad; from handlers.turn_end import bundled_model_path as p; open(p())"
 	touch $@
 
-# The browser tests drive Debian's chromium (tests/e2e/test_voice_page.py), and the TURN test
-# relays through Debian's coturn (tests/realtime/test_webrtc_ice.py): installed here when the
-# machine lacks them (apt, as root).
+# The browser tests drive Debian's chromium (tests/e2e/test_voice_page.py), the TURN test
+# relays through Debian's coturn (tests/realtime/test_webrtc_ice.py), and the redis session
+# store's tests start Debian's redis-server (tests/realtime/test_redis_records.py): installed
+# here when the machine lacks them (apt, as root).
 $(DEV_INSTALLED): $(INSTALLED)
 	@echo "Installing the test, lint and load-test tools into $(VENV)"
-	command -v chromium >/dev/null && command -v turnserver >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium coturn)
+	command -v chromium >/dev/null && command -v turnserver >/dev/null && command -v redis-server >/dev/null || \
+		(export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends chromium coturn redis-server)
 	$(PIP) install --quiet -e '.[cpu,test,loadtest]'
 	$(PIP) install --quiet --no-deps $(FRAMEWORKS) $(FRAMEWORK_DEPS)
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec

@@ -105,15 +105,11 @@ class RealtimeIngress:
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
         self._access = Access(config.api_key_env, config.allowed_origins)
-        self._store = (
-            SessionStore.for_app(
-                serve.get_replica_context().app_name,
-                config.session_store,
-                self._access.key,
-                config.deployment.label_selector,
-            )
-            if config.session_store.kind == "ray"
-            else None
+        self._store = SessionStore.for_app(
+            serve.get_replica_context().app_name,
+            config.session_store,
+            self._access.key,
+            config.deployment.label_selector,
         )
         self._ice_servers = IceServers.from_config(config.webrtc.ice_servers)
         self._metrics = IngressMetrics()

@@ -1,12 +1,11 @@
 """Sessions' records outside the ingress replicas, so that a client that lost its socket
 resumes its session on any replica (issue 40).
 
-The ``ray`` store is one named, detached actor per application (:class:`SessionRecords`),
-on the ingress's nodes: it outlives every ingress replica (a redeploy, a scale-down, a killed
-replica) but not the Ray cluster. Ray restarts it if it dies (its node lost), empty: each
-open session writes its whole record again at its next change, or at the next renewal,
-which names the records the store lacks; a resume before that is refused like an expired
-token, and a session whose socket had closed before the loss cannot be resumed.
+Where the records live is the config's ``kind``: ``ray`` (:mod:`deployments.session_records`),
+one detached actor per application, which outlives every ingress replica but not the Ray
+cluster; ``redis`` (:mod:`deployments.redis_records`), a Redis server, which outlives the
+Ray cluster too (a KubeRay ``NewCluster`` upgrade); ``none``, nowhere. Both keep the same
+rules, tested on both.
 
 Resume tokens are ``<session id>.<secret>``: the store keeps only the secret's SHA-256 (and
 the API key's, when the server has one) and compares them in constant time. A resume
@@ -22,27 +21,25 @@ window.
 import asyncio
 import functools
 import hashlib
-import hmac
 import logging
+import os
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal, Protocol
 
-import ray
 from pydantic import BaseModel, ConfigDict, Field
-from ray.actor import ActorHandle
 
 from cancel import spawn_detached
 from deployments.realtime.protocol import new_id
 from deployments.realtime.recorder import EMPTY_STATE, StoredSession
 from deployments.realtime.session_record import SessionState
+from deployments.redis_records import RedisRecords
+from deployments.session_records import ray_records
 
 logger = logging.getLogger(__name__)
 
 TOKEN_SECRET_BYTES = 32
-EXPIRY_SWEEP_S = 1.0
 
 
 class SessionStoreConfig(BaseModel):
@@ -51,11 +48,15 @@ class SessionStoreConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["ray", "none"] = "ray"
+    kind: Literal["ray", "redis", "none"] = "ray"
     resume_window_s: float = Field(300.0, gt=0)
     """How long a record outlives its session's last sign of life. Five minutes covers a
     phone changing networks, a laptop waking, and a drained call's client reconnecting,
     while a store of 120 sessions a replica holds only minutes of ended calls."""
+    redis_url_env: str = "S2S_REDIS_URL"
+    """For ``redis``: the environment variable that holds the server's URL
+    (``redis://[:password@]host:6379/0``; the chart sets it). A URL can carry a password,
+    so it is never written in the config."""
 
 
 def digest(secret: str) -> bytes:
@@ -83,97 +84,30 @@ class ResumeToken:
         return f"{self.session_id}.{self.secret}"
 
 
-@dataclass
-class _Record:
-    secret_digest: bytes
-    key_digest: bytes | None
-    state: SessionState
-    epoch: int
-    expires_at: float
+class Records(Protocol):
+    """What keeps the records, by the rules of :class:`deployments.session_records.SessionRecords`."""
 
+    async def open(
+        self, session_id: str, secret_digest: bytes, key_digest: bytes | None, state: SessionState
+    ) -> None: ...
 
-class SessionRecords:
-    """The records and their rules (the ``ray`` store's actor; plain Python, so the rules
-    can be tested without Ray). Times are ``clock``'s: this process's monotonic clock."""
-
-    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._window_s = window_s
-        self._clock = clock
-        self._records: dict[str, _Record] = {}
-        self._swept_at = clock()
-
-    def open(self, session_id: str, secret_digest: bytes, key_digest: bytes | None, state: SessionState) -> None:
-        """A new session's record (epoch 0)."""
-        self._sweep()
-        self._records[session_id] = _Record(secret_digest, key_digest, state, 0, self._expiry())
-
-    def save(
+    async def save(
         self, session_id: str, epoch: int, state: SessionState, secret_digest: bytes, key_digest: bytes | None
-    ) -> bool:
-        """The state of an open session, whose token's secret is ``secret_digest``; ``False``
-        (nothing kept) if its record was resumed since (a newer epoch holds it). A record
-        this store lacks (it restarted empty) is made again from the write; one an older
-        epoch made again is taken over."""
-        record = self._live(session_id)
-        if record is not None and record.epoch > epoch:
-            return False
-        if record is None or record.epoch < epoch:
-            record = self._records[session_id] = _Record(secret_digest, key_digest, state, epoch, 0.0)
-        record.state, record.expires_at = state, self._expiry()
-        return True
+    ) -> bool: ...
 
-    def renew(self, session_ids: list[str]) -> list[str]:
-        """These sessions are still open: their records live on. Returns those it has no
-        record of (it restarted empty since), for their sessions to write them again."""
-        expiry = self._expiry()
-        lacking = []
-        for session_id in session_ids:
-            if (record := self._live(session_id)) is not None:
-                record.expires_at = expiry
-            else:
-                lacking.append(session_id)
-        return lacking
+    async def renew(self, session_ids: list[str]) -> list[str]: ...
 
-    def resume(
+    async def resume(
         self, session_id: str, secret_digest: bytes, key_digest: bytes | None, new_secret_digest: bytes
-    ) -> tuple[int, SessionState] | None:
-        """The session's epoch and state for a new connection, whose token is now
-        ``new_secret_digest``; ``None`` for a wrong, expired, used or foreign token."""
-        record = self._live(session_id)
-        if record is None:
-            return None
-        # Both digests are always compared: the time taken says nothing of which was wrong.
-        secret_ok = hmac.compare_digest(secret_digest, record.secret_digest)
-        key_ok = hmac.compare_digest(key_digest or b"", record.key_digest or b"")
-        if not (secret_ok and key_ok):
-            return None
-        record.secret_digest, record.epoch, record.expires_at = new_secret_digest, record.epoch + 1, self._expiry()
-        return record.epoch, record.state
-
-    def _live(self, session_id: str) -> _Record | None:
-        """The session's record, unless it has expired (expired ones are swept now and then)."""
-        self._sweep()
-        record = self._records.get(session_id)
-        return record if record is not None and record.expires_at > self._clock() else None
-
-    def _expiry(self) -> float:
-        return self._clock() + self._window_s
-
-    def _sweep(self) -> None:
-        now = self._clock()
-        if now - self._swept_at < EXPIRY_SWEEP_S:
-            return
-        self._swept_at = now
-        for session_id in [s for s, record in self._records.items() if record.expires_at <= now]:
-            del self._records[session_id]
+    ) -> tuple[int, SessionState] | None: ...
 
 
 class SessionStore:
-    """The ingress's side of the ``ray`` store. Writes and renewals run in detached tasks
-    (Serve's cancel of the request that happened to start one must not cancel it); a
-    session's opening and resume are awaited by its own handshake."""
+    """The ingress's side of the store. Writes and renewals run in detached tasks (Serve's
+    cancel of the request that happened to start one must not cancel it); a session's
+    opening and resume are awaited by its own handshake."""
 
-    def __init__(self, records: ActorHandle, window_s: float, key: bytes | None) -> None:
+    def __init__(self, records: Records, window_s: float, key: bytes | None) -> None:
         self._records = records
         self._window_s = window_s
         self._key_digest = hashlib.sha256(key).digest() if key is not None else None
@@ -184,26 +118,27 @@ class SessionStore:
     @classmethod
     def for_app(
         cls, app_name: str, config: SessionStoreConfig, key: bytes | None, label_selector: dict[str, str] | None
-    ) -> "SessionStore":
-        """The application's store actor, started by whichever replica asks first, on a node
-        with the ingress's ``label_selector``: on a GPU pod it would go down with that pod."""
-        placement = {} if label_selector is None else {"label_selector": label_selector}
-        options = ray.remote(SessionRecords).options(
-            name=f"s2s-sessions-{app_name}",
-            namespace="s2s",
-            lifetime="detached",
-            get_if_exists=True,
-            num_cpus=0,
-            max_restarts=-1,
-            max_task_retries=-1,
-            **placement,
-        )
-        return cls(cast(ActorHandle, options.remote(config.resume_window_s)), config.resume_window_s, key)
+    ) -> "SessionStore | None":
+        """The application's store of the configured kind (``None`` for ``none``)."""
+        records: Records
+        if config.kind == "none":
+            return None
+        if config.kind == "ray":
+            records = ray_records(app_name, config.resume_window_s, label_selector)
+        else:
+            url = os.environ.get(config.redis_url_env)
+            if not url:
+                raise RuntimeError(
+                    f"ingress.session_store.kind is redis, but {config.redis_url_env} (its redis_url_env) "
+                    "is not set in the replica's environment"
+                )
+            records = RedisRecords.connect(url, f"s2s:sessions:{app_name}:", config.resume_window_s)
+        return cls(records, config.resume_window_s, key)
 
     async def new_session(self) -> StoredSession:
         """A new session, its record kept from now on."""
         token = ResumeToken.new(new_id("sess"))
-        await self._records.open.remote(token.session_id, digest(token.secret), self._key_digest, EMPTY_STATE)
+        await self._records.open(token.session_id, digest(token.secret), self._key_digest, EMPTY_STATE)
         return self._stored(token, 0)
 
     async def resumed_session(self, token_text: str) -> StoredSession | None:
@@ -213,7 +148,7 @@ class SessionStore:
         if token is None:
             return None
         rotated = ResumeToken.new(token.session_id)
-        found = await self._records.resume.remote(
+        found = await self._records.resume(
             token.session_id, digest(token.secret), self._key_digest, digest(rotated.secret)
         )
         if found is None:
@@ -231,8 +166,7 @@ class SessionStore:
 
     async def _save(self, token: ResumeToken, epoch: int, state: SessionState) -> bool:
         """Keep the session's state (called from a detached task); ``False``: resumed elsewhere."""
-        kept = await self._records.save.remote(token.session_id, epoch, state, digest(token.secret), self._key_digest)
-        return bool(kept)
+        return await self._records.save(token.session_id, epoch, state, digest(token.secret), self._key_digest)
 
     def _rewrite_with(self, session_id: str, rewrite: Callable[[], None]) -> None:
         if session_id in self._open:
@@ -250,7 +184,7 @@ class SessionStore:
 
     async def _renew(self, session_ids: list[str]) -> None:
         try:
-            lacking = await self._records.renew.remote(session_ids)
+            lacking = await self._records.renew(session_ids)
         except Exception:  # the next renewal tries again, a quarter window later
             logger.warning("could not renew %d session records", len(session_ids), exc_info=True)
             return

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from cluster.redis_server import RedisServer
 from deployments.ports import free_port
 from deployments.serve_local import HAProxyRun
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
@@ -50,6 +51,13 @@ def serve_port(ray_local: None) -> Iterator[int]:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
     serve.shutdown()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server for the ``redis`` session store, started once."""
+    with RedisServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,26 @@
-"""A session's record outside its socket, and its resume: the store's rules, and whole
-sessions on fake stages resumed through the store's real client (an in-process actor)."""
+"""A session's record outside its socket, and its resume: the store's rules, on both
+stores (the ``ray`` store's rules in process, the ``redis`` store on a real redis-server),
+and whole sessions on fake stages resumed through the store's real client."""
 
+import asyncio
 import hashlib
-from typing import Any
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
+import pytest
+import redis
 from fakes import FakeStages, Gate, Harness, InProcessActor, append_audio, speech
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cluster.redis_server import RedisServer
 from deployments.realtime.recorder import EMPTY_STATE
-from deployments.session_store import ResumeToken, SessionRecords, SessionStore, digest
+from deployments.redis_records import RedisRecords
+from deployments.session_records import ActorRecords, SessionRecords
+from deployments.session_store import ResumeToken, SessionStore, digest
 
 WINDOW_S = 300.0
 KEY = b"the server's key"
@@ -25,7 +36,41 @@ class Clock:
 
 def store_on(records: SessionRecords, key: bytes | None = None) -> tuple[SessionStore, InProcessActor]:
     actor = InProcessActor(records)
-    return SessionStore(actor, WINDOW_S, key), actor  # type: ignore[arg-type]
+    return SessionStore(ActorRecords(actor), WINDOW_S, key), actor  # type: ignore[arg-type]
+
+
+class BlockingRedisRecords:
+    """The ``redis`` store's records called as the ``ray`` store's rules are (synchronously),
+    each call run to its end on a loop of its own; a fresh key prefix is a fresh store."""
+
+    def __init__(self, url: str, window_s: float) -> None:
+        self._loop = asyncio.new_event_loop()
+        self.prefix = f"test:{secrets.token_hex(6)}:"
+        self._records = RedisRecords.connect(url, self.prefix, window_s)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._records, name)
+        return lambda *args: self._loop.run_until_complete(method(*args))
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._records.close())
+        self._loop.close()
+
+
+@pytest.fixture(params=["ray", "redis"])
+def new_records(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Makes empty stores of one kind: the ``ray`` store's rules, or a Redis server's."""
+    made: list[BlockingRedisRecords] = []
+
+    def make(window_s: float = WINDOW_S) -> Any:
+        if request.param == "ray":
+            return SessionRecords(window_s)
+        made.append(BlockingRedisRecords(request.getfixturevalue("redis_server").url, window_s))
+        return made[-1]
+
+    yield make
+    for records in made:
+        records.close()
 
 
 def text_item(text: str) -> dict[str, Any]:
@@ -46,8 +91,8 @@ def replayed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---- the store's rules ---------------------------------------------------------------
 
 
-def test_a_token_resumes_once_and_moves_the_record_to_a_new_epoch() -> None:
-    records = SessionRecords(WINDOW_S)
+def test_a_token_resumes_once_and_moves_the_record_to_a_new_epoch(new_records: Any) -> None:
+    records = new_records()
     token = ResumeToken.new("sess_a")
     secret = digest(token.secret)
     records.open("sess_a", secret, None, EMPTY_STATE)
@@ -60,11 +105,12 @@ def test_a_token_resumes_once_and_moves_the_record_to_a_new_epoch() -> None:
     assert records.resume("sess_a", digest("next"), None, digest("third")) is not None
 
 
-def test_a_store_that_restarted_empty_takes_its_open_sessions_records_again() -> None:
-    """Ray restarts a lost store actor with no records: an open session's next write is
-    kept, not taken for a resume elsewhere (that closed calls on a lost node, CI 2026-12-05),
-    and its token resumes it; the newest epoch wins whichever connection writes first."""
-    restarted = SessionRecords(WINDOW_S)
+def test_a_store_that_restarted_empty_takes_its_open_sessions_records_again(new_records: Any) -> None:
+    """Ray restarts a lost store actor with no records (a Redis without persistence restarts
+    empty too): an open session's next write is kept, not taken for a resume elsewhere (that
+    closed calls on a lost node, CI 2026-12-05), and its token resumes it; the newest epoch
+    wins whichever connection writes first."""
+    restarted = new_records()
     state = {"settings": {}, "items": [{"kind": "x"}]}
     assert restarted.renew(["sess_a", "sess_b"]) == ["sess_a", "sess_b"], "both to be written again"
     assert restarted.save("sess_a", 0, state, digest("a0"), None)
@@ -99,10 +145,10 @@ def test_a_wrong_foreign_or_expired_token_is_refused_and_changes_nothing() -> No
     assert records.resume("sess_a", digest("n"), key, digest("m")) is None, "expired"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=300))
-def test_no_made_up_token_resumes_a_session(text: str) -> None:
-    records = SessionRecords(WINDOW_S)
+def test_no_made_up_token_resumes_a_session(new_records: Any, text: str) -> None:
+    records = new_records()
     token = ResumeToken.new("sess_a")
     records.open("sess_a", digest(token.secret), None, EMPTY_STATE)
     parsed = ResumeToken.parse(text)
@@ -225,7 +271,7 @@ async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> N
     next renewal, and every token resumes its own session."""
     stages = FakeStages()
     actor = InProcessActor(SessionRecords(WINDOW_S))
-    store = SessionStore(actor, 0.2, None)  # type: ignore[arg-type]  # renewals every 50 ms
+    store = SessionStore(ActorRecords(actor), 0.2, None)  # type: ignore[arg-type]  # renewals every 50 ms
     stored = [await store.new_session() for _ in range(3)]
     async with (
         Harness(stages, name="busy", stored=stored[0]) as busy,
@@ -244,3 +290,100 @@ async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> N
     for session in stored:
         resumed = await store.resumed_session(session.resume_token)
         assert resumed is not None and resumed.session_id == session.session_id
+
+
+# ---- the redis store -----------------------------------------------------------------
+
+
+def test_a_redis_record_lives_a_window_after_its_last_sign_of_life(redis_server: RedisServer) -> None:
+    """Redis's own expiry is the resume window: set at each write and renewal, and an
+    expired record is refused and named as lacking."""
+    records = BlockingRedisRecords(redis_server.url, 0.05)
+    client = redis.Redis(port=redis_server.port)
+    try:
+        records.open("sess_a", digest("a"), None, EMPTY_STATE)
+        key = records.prefix + "sess_a"
+        assert 0 < client.pttl(key) <= 50
+        while client.exists(key):  # Redis expires it within its window (and ~100 ms of sweep)
+            time.sleep(0.01)
+        assert records.resume("sess_a", digest("a"), None, digest("n")) is None
+        assert records.renew(["sess_a"]) == ["sess_a"]
+    finally:
+        records.close()
+        client.close()
+
+
+class Watched:
+    """A store's records, with a way to wait for what they hold after their calls."""
+
+    def __init__(self, records: RedisRecords) -> None:
+        self.records = records
+        self._served = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.records, name)
+
+        async def call(*args: Any) -> Any:
+            try:
+                return await method(*args)
+            finally:
+                self._served.set()
+
+        return call
+
+    async def until(self, holds: Callable[[], bool], timeout_s: float = 10.0) -> None:
+        async with asyncio.timeout(timeout_s):
+            while not holds():
+                self._served.clear()
+                await self._served.wait()
+
+
+async def test_sessions_on_redis_outlive_its_restart_and_resume_on_another_cluster(redis_server: RedisServer) -> None:
+    """Three sessions through the same stages on the redis store, one busy. Redis restarts
+    empty under them (its pod lost, no persistence): the busy one's next write and the idle
+    ones' next renewal make their records again, and the calls stay open. Then every token
+    resumes its own session through a second store on the same Redis (the Ray cluster that
+    a ``NewCluster`` upgrade brings up), the busy one with its settings and turns."""
+    stages = FakeStages()
+    prefix = f"test:{secrets.token_hex(6)}:"
+    client = redis.Redis(port=redis_server.port)
+    first_cluster = Watched(RedisRecords.connect(redis_server.url, prefix, 2.0))
+    store = SessionStore(first_cluster, 2.0, None)  # renewals every 0.5 s
+    stored = [await store.new_session() for _ in range(3)]
+    keys = [prefix + session.session_id for session in stored]
+
+    def busy_record() -> dict[str, Any]:
+        return cast(dict[str, Any], json.loads(client.hget(keys[0], "state") or "{}"))
+
+    async with (
+        Harness(stages, name="busy", stored=stored[0]) as busy,
+        Harness(stages, name="idle-1", stored=stored[1]) as idle_1,
+        Harness(stages, name="idle-2", stored=stored[2]) as idle_2,
+    ):
+        redis_server.restart()
+        assert client.exists(*keys) == 0
+        busy.socket.client_sends(type="session.update", session={"type": "realtime", "instructions": "Still here."})
+        await busy.socket.wait_type("session.updated")
+        await first_cluster.until(lambda: client.exists(*keys) == 3)
+        append_audio(busy.socket, speech(1))
+        await busy.socket.wait_type("response.done")
+        await first_cluster.until(lambda: len(busy_record().get("items", [])) == 2)
+        for harness in (busy, idle_1, idle_2):
+            assert not harness.socket.of_type("error") and not harness.task.done()  # type: ignore[union-attr]
+
+    second_cluster = RedisRecords.connect(redis_server.url, prefix, WINDOW_S)
+    try:
+        new_store = SessionStore(second_cluster, WINDOW_S, None)
+        resumed = [await new_store.resumed_session(session.resume_token) for session in stored]
+        assert [r.session_id if r else None for r in resumed] == [s.session_id for s in stored]
+        assert resumed[0] is not None and resumed[0].resumed is not None
+        assert resumed[0].resumed["settings"]["instructions"] == "Still here."
+        assert [item["kind"] for item in resumed[0].resumed["items"]] == ["user_audio", "assistant"]
+        for idle in resumed[1:]:
+            assert idle is not None and idle.resumed is not None and idle.resumed["items"] == [], "theirs alone"
+            assert idle.resumed["settings"].get("instructions") != "Still here."
+        assert await store.resumed_session(stored[0].resume_token) is None, "used on the other cluster"
+    finally:
+        await second_cluster.close()
+        await first_cluster.records.close()
+        client.close()
