@@ -12,7 +12,7 @@ import hmac
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import ray
 from ray.actor import ActorHandle
@@ -20,6 +20,17 @@ from ray.actor import ActorHandle
 from deployments.realtime.session_record import SessionState
 
 EXPIRY_SWEEP_S = 1.0
+
+
+class RecordWrite(NamedTuple):
+    """An open session's state, written by the connection that holds epoch ``epoch`` and
+    whose token's secret is ``secret_digest``."""
+
+    session_id: str
+    epoch: int
+    state: SessionState
+    secret_digest: bytes
+    key_digest: bytes | None
 
 
 @dataclass
@@ -60,6 +71,10 @@ class SessionRecords:
             record = self._records[session_id] = _Record(secret_digest, key_digest, state, epoch, 0.0)
         record.state, record.expires_at = state, self._expiry()
         return True
+
+    def save_many(self, writes: list[RecordWrite]) -> list[bool]:
+        """:meth:`save` of each, in order (one actor call for a replica's writes)."""
+        return [self.save(*write) for write in writes]
 
     def renew(self, session_ids: list[str]) -> list[str]:
         """These sessions are still open: their records live on. Returns those it has no
@@ -116,10 +131,8 @@ class ActorRecords:
     async def open(self, session_id: str, secret_digest: bytes, key_digest: bytes | None, state: SessionState) -> None:
         await self._actor.open.remote(session_id, secret_digest, key_digest, state)
 
-    async def save(
-        self, session_id: str, epoch: int, state: SessionState, secret_digest: bytes, key_digest: bytes | None
-    ) -> bool:
-        return bool(await self._actor.save.remote(session_id, epoch, state, secret_digest, key_digest))
+    async def save_many(self, writes: list[RecordWrite]) -> list[bool]:
+        return cast(list[bool], await self._actor.save_many.remote(writes))
 
     async def renew(self, session_ids: list[str]) -> list[str]:
         return cast(list[str], await self._actor.renew.remote(session_ids))

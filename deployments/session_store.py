@@ -35,11 +35,16 @@ from deployments.realtime.protocol import new_id
 from deployments.realtime.recorder import EMPTY_STATE, StoredSession
 from deployments.realtime.session_record import SessionState
 from deployments.redis_records import RedisRecords
-from deployments.session_records import ray_records
+from deployments.session_records import RecordWrite, ray_records
 
 logger = logging.getLogger(__name__)
 
 TOKEN_SECRET_BYTES = 32
+WRITE_INTERVAL_S = 0.1
+"""A replica's sessions' writes go to the store together: one call in flight, and at most
+one call per this long. At 120 sessions that is ~10 calls a second, not one per finished
+item (each call's fixed cost was most of the store's CPU: docs/bench, (c6)); a lost replica
+may lose this much more of its sessions' last changes."""
 
 
 class SessionStoreConfig(BaseModel):
@@ -91,9 +96,7 @@ class Records(Protocol):
         self, session_id: str, secret_digest: bytes, key_digest: bytes | None, state: SessionState
     ) -> None: ...
 
-    async def save(
-        self, session_id: str, epoch: int, state: SessionState, secret_digest: bytes, key_digest: bytes | None
-    ) -> bool: ...
+    async def save_many(self, writes: list[RecordWrite]) -> list[bool]: ...
 
     async def renew(self, session_ids: list[str]) -> list[str]: ...
 
@@ -114,6 +117,9 @@ class SessionStore:
         self._open: dict[str, Callable[[], None]] = {}
         """Open sessions, each with what writes its whole record again."""
         self._renewal: asyncio.Task[None] | None = None
+        self._writes: dict[str, tuple[RecordWrite, asyncio.Future[bool]]] = {}
+        """Writes waiting for the next call, by session (each session has one at a time)."""
+        self._writer: asyncio.Task[None] | None = None
 
     @classmethod
     def for_app(
@@ -165,8 +171,31 @@ class SessionStore:
         return StoredSession(session_id, str(token), save, functools.partial(self._rewrite_with, session_id), state)
 
     async def _save(self, token: ResumeToken, epoch: int, state: SessionState) -> bool:
-        """Keep the session's state (called from a detached task); ``False``: resumed elsewhere."""
-        return await self._records.save(token.session_id, epoch, state, digest(token.secret), self._key_digest)
+        """Keep the session's state (called from a detached task) with the replica's other
+        writes; ``False``: resumed elsewhere."""
+        write = RecordWrite(token.session_id, epoch, state, digest(token.secret), self._key_digest)
+        kept = asyncio.get_running_loop().create_future()
+        self._writes[token.session_id] = (write, kept)
+        if self._writer is None or self._writer.done():
+            self._writer = spawn_detached(self._write_batches())
+        return await kept
+
+    async def _write_batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._writes:
+            batch, self._writes = list(self._writes.values()), {}
+            started = loop.time()
+            try:
+                kept = await self._records.save_many([write for write, _ in batch])
+            except Exception as error:  # each session's recorder logs it; its next change writes again
+                for _, future in batch:
+                    if not future.done():  # done: its recorder was cancelled meanwhile
+                        future.set_exception(error)
+            else:
+                for (_, future), one in zip(batch, kept, strict=True):
+                    if not future.done():
+                        future.set_result(one)
+            await asyncio.sleep(max(0.0, WRITE_INTERVAL_S - (loop.time() - started)))
 
     def _rewrite_with(self, session_id: str, rewrite: Callable[[], None]) -> None:
         if session_id in self._open:

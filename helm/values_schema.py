@@ -57,6 +57,19 @@ def values_schema() -> dict[str, Any]:
                 "imagePullSecrets": {"type": "array", "items": {"type": "object"}},
                 "hubToken": _object({"secretName": _STRING, "key": _STRING}),
                 "turnCredential": _object({"secretName": _STRING, "key": _STRING}),
+                "sessionStore": _object(
+                    {
+                        "redis": _object(
+                            {
+                                "urlSecret": _object({"name": _STRING, "key": _STRING}),
+                                "deploy": {"type": "boolean"},
+                                "image": _STRING,
+                                "resources": _RESOURCES,
+                                **_PLACEMENT,
+                            }
+                        )
+                    }
+                ),
                 "serve": _object(
                     {
                         "proxyLocation": {"enum": ["Disabled", "HeadOnly", "EveryNode"]},

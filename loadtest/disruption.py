@@ -85,10 +85,8 @@ async def scenario(kind: str, load: LoadConfig, at_s: float, app: str, config: P
     return await harness, disruption
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.disruption", description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["kill-ingress", "redeploy"])
-    parser.add_argument("--url", required=True)
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """The harness's options that every scenario takes."""
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--duration-s", type=float, default=120.0)
@@ -98,14 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--interrupt-rate", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=3)
-    parser.add_argument("--app", default="voice")
-    parser.add_argument("--config", type=Path, default=Path("cluster/loadtest.yaml"), help="for redeploy")
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
+
+
+def resuming_load(parser: argparse.ArgumentParser, args: argparse.Namespace, url: str) -> LoadConfig:
     if not args.ramp_s < args.at_s < args.duration_s:
         parser.error("--at-s must come after the ramp and before the end")
-    load = LoadConfig(
-        args.url,
+    return LoadConfig(
+        url,
         args.sessions,
         args.turns,
         args.interrupt_rate,
@@ -115,12 +113,28 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         resume=True,
     )
-    result, disruption = asyncio.run(scenario(args.kind, load, args.at_s, args.app, args.config))
-    summary = write(result, args.out)
+
+
+def report(result: Any, disruption: dict[str, Any], out: Path) -> None:
+    """Writes the harness's report with what was done, and prints its summary."""
+    summary = write(result, out)
     summary["disruption"] = disruption
-    args.out.write_text(json.dumps(summary, indent=2))
+    out.write_text(json.dumps(summary, indent=2))
     keys = ("counts", "resume", "disruption")
     print(json.dumps({key: summary[key] for key in keys} | {"latency_ms": summary["latency_ms"]}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.disruption", description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["kill-ingress", "redeploy"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--app", default="voice")
+    parser.add_argument("--config", type=Path, default=Path("cluster/loadtest.yaml"), help="for redeploy")
+    add_load_options(parser)
+    args = parser.parse_args(argv)
+    load = resuming_load(parser, args, args.url)
+    result, disruption = asyncio.run(scenario(args.kind, load, args.at_s, args.app, args.config))
+    report(result, disruption, args.out)
     return 0
 
 

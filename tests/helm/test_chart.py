@@ -370,3 +370,51 @@ def test_webrtc_through_turn_gets_its_servers_in_the_app_and_its_credential_on_e
 def test_a_turn_server_whose_credential_no_secret_provides_fails_the_render() -> None:
     with pytest.raises(helm.HelmError, match="set turnCredential.secretName"):
         render({"serve": {"app": {"args": {"ingress": {"webrtc": TURN}}}}})
+
+
+REDIS_STORE = {"serve": {"app": {"args": {"ingress": {"session_store": {"kind": "redis"}}}}}}
+
+
+def pod_env(service: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    cluster = service["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    return [pod["template"]["spec"]["containers"][0]["env"] for pod in pods]
+
+
+def test_the_redis_session_store_gets_its_url_on_every_pod_from_a_secret_or_the_charts_redis() -> None:
+    from_secret = render(REDIS_STORE | {"sessionStore": {"redis": {"urlSecret": {"name": "sessions", "key": "url"}}}})
+    service = from_secret["s2s-serve/templates/rayservice.yaml"]
+    jsonschema.validate(service, CRD_SCHEMA)
+    secret = {"secretKeyRef": {"name": "sessions", "key": "url"}}
+    assert all({"name": "S2S_REDIS_URL", "valueFrom": secret} in env for env in pod_env(service))
+    assert "s2s-serve/templates/session-redis.yaml" not in from_secret, "no Redis of the chart's"
+
+    ours = render(REDIS_STORE | {"sessionStore": {"redis": {"deploy": True}}})
+    url = {"name": "S2S_REDIS_URL", "value": "redis://voice-session-redis:6379/0"}
+    assert all(url in env for env in pod_env(ours["s2s-serve/templates/rayservice.yaml"]))
+    redis = ours["s2s-serve/templates/session-redis.yaml"]
+    redis_service = ours["s2s-serve/templates/session-redis-service.yaml"]
+    assert redis["kind"] == "Deployment" and redis_service["metadata"]["name"] == "voice-session-redis"
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert redis_service["spec"]["selector"].items() <= pod_labels.items()
+    assert "S2S_REDIS_URL" not in str(rayservice()), "none by default (the ray store)"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (REDIS_STORE, "set sessionStore.redis.urlSecret.name or sessionStore.redis.deploy"),
+        ({"sessionStore": {"redis": {"deploy": True, "urlSecret": {"name": "s"}}}}, "not both"),
+        (
+            {
+                "serve": {"app": {"args": {"ingress": {"session_store": {"kind": "redis", "redis_url_env": "X"}}}}},
+                "sessionStore": {"redis": {"deploy": True}},
+            },
+            "the chart gives the URL as S2S_REDIS_URL",
+        ),
+    ],
+    ids=["no-redis", "two-redis", "other-variable"],
+)
+def test_a_redis_session_store_without_exactly_one_redis_fails_the_render(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)

@@ -3,6 +3,7 @@ stores (the ``ray`` store's rules in process, the ``redis`` store on a real redi
 and whole sessions on fake stages resumed through the store's real client."""
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from cluster.redis_server import RedisServer
 from deployments.realtime.recorder import EMPTY_STATE
 from deployments.redis_records import RedisRecords
-from deployments.session_records import ActorRecords, SessionRecords
+from deployments.session_records import ActorRecords, RecordWrite, SessionRecords
 from deployments.session_store import ResumeToken, SessionStore, digest
 
 WINDOW_S = 300.0
@@ -51,6 +52,9 @@ class BlockingRedisRecords:
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._records, name)
         return lambda *args: self._loop.run_until_complete(method(*args))
+
+    def save(self, *write: Any) -> bool:
+        return self.save_many([RecordWrite(*write)])[0]  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._loop.run_until_complete(self._records.close())
@@ -262,6 +266,37 @@ async def test_a_connection_whose_session_was_resumed_elsewhere_is_closed_at_its
             settings = lambda: records._records[stored.session_id].state["settings"]  # noqa: E731
             await actor.until(lambda: settings().get("instructions") == "Ours.")
             assert not new.task.done()  # type: ignore[union-attr]
+
+
+async def test_a_replicas_sessions_write_to_the_store_together_each_its_own_record() -> None:
+    """Five sessions on one replica change at once while the store is held: their writes go
+    together (at most the first alone, then the rest in one call; not a call each), and each
+    record holds its own session's change and nobody else's."""
+    stages = FakeStages()
+    records = SessionRecords(WINDOW_S)
+    store, actor = store_on(records)
+    stored = [await store.new_session() for _ in range(5)]
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = [
+            await stack.enter_async_context(Harness(stages, name=f"s{i}", stored=s)) for i, s in enumerate(stored)
+        ]
+        await actor.until(lambda: not store._writes)
+        written_before = actor.calls.count("save_many")
+        actor.gate.close()
+        for i, session in enumerate(sessions):
+            session.socket.client_sends(
+                type="session.update", session={"type": "realtime", "instructions": f"I am {i}."}
+            )
+        for session in sessions:
+            await session.socket.wait_type("session.updated")
+        actor.gate.open()
+
+        def instructions() -> list[str | None]:
+            return [records._records[s.session_id].state["settings"].get("instructions") for s in stored]
+
+        await actor.until(lambda: instructions() == [f"I am {i}." for i in range(5)])
+        calls = actor.calls.count("save_many") - written_before
+        assert calls <= 2, f"{calls} calls: at most the first write, then the other four at once"
 
 
 async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> None:

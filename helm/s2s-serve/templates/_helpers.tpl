@@ -32,7 +32,45 @@ env:
         name: {{ .Values.turnCredential.secretName }}
         key: {{ .Values.turnCredential.key }}
   {{- end }}
+  {{- include "s2s-serve.redisUrlEnv" . | nindent 2 }}
   {{- include "s2s-serve.dataPathEnv" . | nindent 2 }}
+{{- end -}}
+
+{{/* The redis session store's URL: from the user's Secret, or the chart's own Redis. */}}
+{{- define "s2s-serve.redisUrlEnv" -}}
+{{- $redis := .Values.sessionStore.redis -}}
+{{- if $redis.urlSecret.name }}
+- name: S2S_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $redis.urlSecret.name }}
+      key: {{ $redis.urlSecret.key }}
+{{- else if $redis.deploy }}
+- name: S2S_REDIS_URL
+  value: redis://{{ include "s2s-serve.redisService" . }}:6379/0
+{{- end }}
+{{- end -}}
+{{- define "s2s-serve.redisService" -}}
+{{ .Release.Name }}-session-redis
+{{- end -}}
+
+{{/* Fails the render when the redis session store has no Redis, or two, or reads its URL
+from a variable the chart does not set: the ingress replicas would fail to start. */}}
+{{- define "s2s-serve.checkSessionStore" -}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict }}
+{{- $store := $ingress.session_store | default dict }}
+{{- $redis := .Values.sessionStore.redis }}
+{{- if and $redis.urlSecret.name $redis.deploy }}
+{{- fail "sessionStore.redis: set urlSecret.name (a Redis of yours) or deploy (the chart's), not both" }}
+{{- end }}
+{{- if eq ($store.kind | default "ray") "redis" }}
+{{- if not (or $redis.urlSecret.name $redis.deploy) }}
+{{- fail "serve.app.args.ingress.session_store.kind is redis: set sessionStore.redis.urlSecret.name or sessionStore.redis.deploy" }}
+{{- end }}
+{{- if ne ($store.redis_url_env | default "S2S_REDIS_URL") "S2S_REDIS_URL" }}
+{{- fail "serve.app.args.ingress.session_store.redis_url_env: the chart gives the URL as S2S_REDIS_URL" }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* RAY_SERVE_ENABLE_HA_PROXY and, for HAProxy, its settings and Ray's high-throughput mode
