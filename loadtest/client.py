@@ -28,8 +28,10 @@ import asyncio
 import base64
 import functools
 import json
+import logging
 import random
 import time
+from collections.abc import Coroutine
 from typing import Any, Literal
 
 import websockets
@@ -41,6 +43,8 @@ from handlers.audio import REALTIME_RATE
 from loadtest.prompts import Prompt, PromptSet
 from loadtest.session_log import Response, Resume, SessionListener, SessionLog, Turn
 from loadtest.wire import DeliveringConnection, running_metronome
+
+logger = logging.getLogger(__name__)
 
 FRAME_MS = 100
 FRAME_BYTES = REALTIME_RATE * 2 * FRAME_MS // 1000
@@ -335,9 +339,7 @@ class Session:
             return None
         turn.interruption = "barge-in"
         spoken = self._new_turn(turn.index + 1)
-        speaking = asyncio.ensure_future(self._speak(spoken))
-        self._speaking.add(speaking)
-        speaking.add_done_callback(self._speaking.discard)
+        self._say_aside(self._speak(spoken))
         return spoken
 
     async def _backchannel(self, turn: Turn, response: Response) -> None:
@@ -347,9 +349,21 @@ class Session:
         if backchannel is None or not await self._while_answering(turn, response):
             return
         turn.interruption, turn.interrupted_at = "backchannel", time.monotonic()
-        saying = asyncio.ensure_future(self._say(backchannel))
-        self._speaking.add(saying)
-        saying.add_done_callback(self._speaking.discard)
+        self._say_aside(self._say(backchannel))
+
+    def _say_aside(self, saying: Coroutine[Any, Any, None]) -> None:
+        """Speak over the answer (a barge-in, a backchannel) beside the turn's own wait."""
+        task = asyncio.ensure_future(saying)
+        self._speaking.add(task)
+        task.add_done_callback(self._said)
+
+    def _said(self, task: "asyncio.Task[None]") -> None:
+        self._speaking.discard(task)
+        # A socket lost mid-sentence is the session's to report (it resumes, or says why
+        # not): taken here, it is not logged again as a task's unretrieved exception.
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, websockets.ConnectionClosed):
+            logger.error("speaking over an answer failed", exc_info=error)
 
     async def _while_answering(self, turn: Turn, response: Response) -> bool:
         """Wait for a random moment of the answer (from its first audio to its

@@ -7,7 +7,10 @@ At ``--at-s`` after the sessions start, one of:
   (``ray::ServeReplica:<app>:RealtimeIngress``): a lost pod, an OOM kill;
 - ``redeploy``: the app deployed again from ``--config`` with one argument changed (the
   ingress's instructions), from a driver of the running cluster, as a ``serve deploy`` or a
-  ``helm upgrade`` of the app's args does.
+  ``helm upgrade`` of the app's args does;
+- ``rescale``: the ingress's replica count changed the same way, from the config's to one
+  more, and back ``--hold-s`` later (a replica added, then one removed: each change of the
+  set reloads HAProxy, and the removed replica drains its sessions).
 
 Prints one JSON object: the harness's counts and its ``resume`` section, latencies, and what
 was done when. For example, against ``make serve-loadtest``::
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import yaml
 
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
@@ -54,34 +58,51 @@ def kill_one_ingress(app: str) -> dict[str, Any]:
 
 
 REDEPLOY = """
-import sys, yaml, ray
+import json, sys, yaml, ray
 from ray import serve
 from deployments.app import build_app
 app = yaml.safe_load(open(sys.argv[1]))["applications"][0]
-app["args"].setdefault("ingress", {})["instructions"] = sys.argv[2]
+ingress = app["args"].setdefault("ingress", {})
+for key, value in json.loads(sys.argv[2]).items():
+    ingress[key] = ingress.get(key, {}) | value if isinstance(value, dict) else value
 ray.init(address="auto", log_to_driver=False)
 serve.run(build_app(app["args"]), name=app["name"], route_prefix=app.get("route_prefix", "/"), blocking=False)
 """
 
 
-def redeploy(config: Path) -> dict[str, Any]:
-    """The app again, one argument changed; from a process of its own (a driver that joins
-    the cluster, as ``serve deploy`` would), returning once the controller took it."""
-    instructions = f"Redeployed at {time.strftime('%H:%M:%S')}."
+def redeploy(config: Path, ingress_changes: dict[str, Any]) -> dict[str, Any]:
+    """The app again, the ingress's arguments changed (a dict value is merged into the
+    config's); from a process of its own (a driver that joins the cluster, as ``serve
+    deploy`` would), returning once the controller took it."""
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", REDEPLOY, str(config), instructions], check=True, capture_output=True)
-    return {"redeployed_with": instructions, "deploy_call_s": round(time.monotonic() - started, 2)}
+    command = [sys.executable, "-c", REDEPLOY, str(config), json.dumps(ingress_changes)]
+    subprocess.run(command, check=True, capture_output=True)
+    return {"redeployed_with": ingress_changes, "deploy_call_s": round(time.monotonic() - started, 2)}
 
 
-async def scenario(kind: str, load: LoadConfig, at_s: float, app: str, config: Path) -> tuple[Any, dict[str, Any]]:
+def ingress_replicas(config: Path) -> int:
+    app = yaml.safe_load(config.read_text())["applications"][0]
+    return int(app["args"].get("ingress", {}).get("deployment", {}).get("num_replicas", 1))
+
+
+async def scenario(
+    kind: str, load: LoadConfig, at_s: float, hold_s: float, app: str, config: Path
+) -> tuple[Any, dict[str, Any]]:
     harness = asyncio.ensure_future(run_load(load))
     started = time.monotonic()
     await asyncio.sleep(at_s)  # the scenario's schedule: when the disruption comes
     disruption: dict[str, Any] = {"kind": kind, "at_s": round(time.monotonic() - started, 1)}
     if kind == "kill-ingress":
         disruption |= kill_one_ingress(app)
+    elif kind == "redeploy":
+        disruption |= await asyncio.to_thread(redeploy, config, {"instructions": f"Redeployed at {time.ctime()}."})
     else:
-        disruption |= await asyncio.to_thread(redeploy, config)
+        replicas = ingress_replicas(config)
+        up = await asyncio.to_thread(redeploy, config, {"deployment": {"num_replicas": replicas + 1}})
+        await asyncio.sleep(hold_s)  # the schedule again: how long the extra replica serves
+        back_at_s = round(time.monotonic() - started, 1)
+        down = await asyncio.to_thread(redeploy, config, {"deployment": {"num_replicas": replicas}})
+        disruption |= {"replicas": [replicas, replicas + 1, replicas], "back_at_s": back_at_s, "steps": [up, down]}
     return await harness, disruption
 
 
@@ -126,14 +147,15 @@ def report(result: Any, disruption: dict[str, Any], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.disruption", description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["kill-ingress", "redeploy"])
+    parser.add_argument("kind", choices=["kill-ingress", "redeploy", "rescale"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--app", default="voice")
-    parser.add_argument("--config", type=Path, default=Path("cluster/loadtest.yaml"), help="for redeploy")
+    parser.add_argument("--config", type=Path, default=Path("cluster/loadtest.yaml"), help="for redeploy, rescale")
+    parser.add_argument("--hold-s", type=float, default=30.0, help="rescale: how long the extra replica serves")
     add_load_options(parser)
     args = parser.parse_args(argv)
     load = resuming_load(parser, args, args.url)
-    result, disruption = asyncio.run(scenario(args.kind, load, args.at_s, args.app, args.config))
+    result, disruption = asyncio.run(scenario(args.kind, load, args.at_s, args.hold_s, args.app, args.config))
     report(result, disruption, args.out)
     return 0
 

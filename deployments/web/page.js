@@ -17,7 +17,16 @@ const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, created: 0, responses: 0,
 // sounding: [from, to] of each stretch of answer audio heard (or scheduled to be), and
 // lastSoundAt: of its last sound; window.s2s.lastSpeechStartedAt: of the last speech_started.
 // All performance.now() times.
-window.s2s = { stats, connected: false };
+// sessionId, resumes: the session's id and how many times its socket was resumed.
+window.s2s = { stats, connected: false, resumes: 0 };
+
+// A dropped WebSocket resumes its session (same id, settings and conversation) with the
+// resume token of its last session.created; these are the waits before each try (about 40 s
+// in all, well inside the server's resume window), and the conversation stays on screen.
+const RESUME_DELAYS_MS = [0, 250, 500, 1000, 2000, 4000, 8000, 8000, 8000, 8000];
+const NOT_RESUMED = new Set([1000, 1008]); // closed by us, or a policy (resumed elsewhere, access)
+let resumeToken = null;
+let leaving = false; // the user hung up: nothing to resume
 
 let socket = null; // { send(text), close() } over either transport
 let peer = null;
@@ -45,6 +54,8 @@ $("connect-form").addEventListener("submit", (event) => {
 
 async function connect() {
   hideError();
+  leaving = false;
+  resumeToken = null;
   context = new AudioContext({ sampleRate: RATE });
   await context.resume();
   await context.audioWorklet.addModule(new URL("mic-worklet.js", import.meta.url));
@@ -73,16 +84,45 @@ async function connect() {
   $("connect").textContent = "Disconnect";
 }
 
-function openSocket(key) {
+function openSocket(key, attempt = 0) {
   const protocols = key ? ["realtime", `openai-insecure-api-key.${key}`] : ["realtime"];
-  const ws = new WebSocket($("url").value, protocols);
-  socket = { send: (text) => ws.send(text), close: () => ws.close(1000), open: () => ws.readyState === WebSocket.OPEN };
+  const url = new URL($("url").value);
+  url.searchParams.set("drain_notice", "1"); // told of a drain (session.draining), it moves when idle
+  if (resumeToken) url.searchParams.set("resume_token", resumeToken);
+  const ws = new WebSocket(url.href, protocols);
+  let opened = false;
+  ws.onopen = () => (opened = true);
+  socket = {
+    send: (text) => ws.send(text),
+    close: () => ws.close(1000),
+    move: () => ws.close(4000, "moving off a draining server"),
+    open: () => ws.readyState === WebSocket.OPEN,
+  };
   ws.onmessage = (message) => onEvent(JSON.parse(message.data));
   ws.onclose = (close) => {
+    const next = opened ? 0 : attempt + 1; // a socket that never opened was refused, or found no server
+    if (!leaving && resumeToken && !NOT_RESUMED.has(close.code) && next < RESUME_DELAYS_MS.length) {
+      return resumeLater(key, next);
+    }
     const why = close.code === 1000 || close.code === 1005 ? "" : ` (${close.code} ${close.reason})`;
-    if (close.code === 1006 && !window.s2s.connected) showError("the server refused the connection (wrong path, key or origin?)");
+    if (close.code === 1006 && !opened) showError(resumeToken ? "the session could not be resumed" : "the server refused the connection (wrong path, key or origin?)");
     teardown(`Disconnected${why}`);
   };
+}
+
+function resumeLater(key, attempt) {
+  stopPlayback(false); // the answer in flight ended with the socket: the server never resends it
+  window.s2s.connected = false;
+  setStatus("reconnecting…");
+  setTimeout(() => leaving || openSocket(key, attempt), RESUME_DELAYS_MS[attempt]);
+}
+
+// Told that its server replica is being replaced: move between answers, not in one.
+function moveIfDraining() {
+  if (window.s2s.draining && stats.created === stats.responses && socket && socket.move) {
+    window.s2s.draining = false;
+    socket.move();
+  }
 }
 
 // WebRTC: the microphone as an Opus track, events on the "oai-events" data channel, the
@@ -150,6 +190,7 @@ function muteAnswer(muted) {
 }
 
 function disconnect() {
+  leaving = true;
   if (socket) socket.close();
   teardown("Disconnected");
 }
@@ -170,8 +211,16 @@ function teardown(status) {
 function onEvent(event) {
   switch (event.type) {
     case "session.created":
+      if (window.s2s.sessionId === event.session.id) window.s2s.resumes += 1;
+      window.s2s.sessionId = event.session.id;
+      resumeToken = event.session.resume_token || null;
       window.s2s.connected = true;
-      setStatus(`Connected to ${event.session.model}: speak`);
+      stats.created = stats.responses; // the answer in flight when the socket went is over
+      setStatus(`Connected to ${event.session.model}${window.s2s.resumes ? " (resumed)" : ""}: speak`);
+      break;
+    case "session.draining":
+      window.s2s.draining = true;
+      moveIfDraining();
       break;
     case "input_audio_buffer.speech_started":
     {
@@ -227,6 +276,7 @@ function onEvent(event) {
         stopPlayback(false);
       }
       if (event.response.status === "failed") showError(`the answer failed: ${event.response.status_details?.error?.code}`);
+      moveIfDraining();
       break;
     case "error":
       stats.errors.push(event.error.code);

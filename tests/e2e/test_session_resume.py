@@ -8,7 +8,7 @@ import importlib.util
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,12 @@ import ray
 from ray import serve
 from realtime_client import Client, open_client
 from test_failures import replicas, wait_until_ready
+from voice_page import hang_up, open_page, say, spoken, until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from deployments.app import build_app
+from handlers.synthetic import question_tone
 from loadtest.report import write
 from loadtest.run import LoadConfig, run_load
 
@@ -158,6 +160,39 @@ async def test_a_redeploy_drains_the_old_replicas_sessions_and_they_resume_on_th
             assert created(again).id == tokens[name][0]
             await answer(again, question)
             assert finished_items(again)[:-2] == items[name]
+
+
+async def test_the_voice_page_resumes_its_session_by_itself_and_keeps_its_conversation(
+    resume_url: str, browser_with: Callable[[Path | None], Any]
+) -> None:
+    """The voice page (WebSocket) and an SDK session on the one ingress replica, each with
+    an answered question; the replica is killed. The page shows "reconnecting…", resumes
+    the same session on the replacement by itself (retrying while there is none), keeps its
+    conversation on screen, and its next spoken question is answered; the SDK session
+    resumes with its own items alone."""
+    page = await open_page(await browser_with(None), resume_url, "websocket", scripted_microphone=True)
+    await say(page, spoken(question_tone(7, 1.2)))
+    await until(page, "window.s2s.stats.responses >= 1", 60, "the first question was not answered")
+    session_id = await page.evaluate("window.s2s.sessionId")
+    on_screen = await page.evaluate("[...document.querySelectorAll('li')].map(e => e.id + e.textContent)")
+    async with session(resume_url) as other:
+        other_token = created(other).resume_token
+        await answer(other, 1)
+        other_items = finished_items(other)
+        (ingress,) = replicas("RealtimeIngress", APP)
+        ray.kill(ingress, no_restart=True)
+        await until(page, "document.getElementById('status').textContent === 'reconnecting…'", 30, "not told")
+    await until(page, "window.s2s.connected && window.s2s.resumes === 1", 60, "the page did not resume")
+    assert await page.evaluate("window.s2s.sessionId") == session_id
+    assert "(resumed)" in await page.inner_text("#status")
+    assert await page.evaluate("[...document.querySelectorAll('li')].map(e => e.id + e.textContent)") == on_screen
+    await say(page, spoken(question_tone(9, 1.2)))
+    await until(page, "window.s2s.stats.responses >= 2", 60, "the question after the resume was not answered")
+    assert await page.evaluate("window.s2s.stats.errors") == []
+    async with session(resume_url, other_token) as other:
+        await answer(other, 2)  # its events come after the replay's
+        assert finished_items(other)[:-2] == other_items, "its items, none of the page's"
+    await hang_up(page)
 
 
 async def recent_turns(resume_url: str) -> int:

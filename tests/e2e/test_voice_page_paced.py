@@ -12,14 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from ray import serve
 from synthetic_app import serve_synthetic
-from voice_page import ANSWER_SOUNDING, PLAYED_OUT, STOP_WITHIN_MS, hang_up, open_page, say, seen, until
+from voice_page import ANSWER_SOUNDING, PLAYED_OUT, STOP_WITHIN_MS, hang_up, open_page, say, seen, spoken, until
 
 from deployments.realtime.interruptions import InterruptionRules
-from handlers.audio import SPEECH_RATE
 from handlers.synthetic import backchannel_tone, question_tone
 
 PAGE_APP = "voice-page-paced"
@@ -38,11 +36,6 @@ def paced_url(serve_port: int) -> Iterator[str]:
     assert LEAD_MS is not None, "pacing is the server's default"
     yield f"{serve_synthetic(serve_port, PAGE_APP, synthetic)}/v1"
     serve.delete(PAGE_APP)
-
-
-def spoken(tone: np.ndarray) -> np.ndarray:
-    """A tone said into the microphone, then the quiet that ends its turn."""
-    return np.concatenate([tone, np.zeros(SPEECH_RATE, np.float32)])
 
 
 async def paced_page(browser_with: Callable[[Path | None], Any], paced_url: str) -> Any:

@@ -105,6 +105,11 @@ PLAYED_OUT = "window.s2s.stats.playedMs >= window.s2s.stats.receivedMs - 1"
 """Over the WebSocket: every chunk of answer audio the page received has played."""
 
 
+def spoken(tone: np.ndarray) -> np.ndarray:
+    """A tone said into the microphone, then the quiet that ends its turn."""
+    return np.concatenate([tone, np.zeros(SPEECH_RATE, np.float32)])
+
+
 async def say(page: Page, samples: np.ndarray) -> tuple[float, float]:
     """Speak into the page's scripted microphone now: when the clip begins and ends (page ms)."""
     pcm = base64.b64encode(float_to_pcm16(samples)).decode()
