@@ -82,15 +82,17 @@ demo: install assets
 	$(PY) -m handlers.demo
 
 # Lint first: a type or style error fails in seconds, not after the ten-minute suite.
-# Then cancel isolation and the clean log again on the data path `make run` serves through
-# (HAProxy, in Ray's high-throughput mode): there the WebSocket handler runs in the replica's
-# own HTTP server, not in a Serve request, and calls go over gRPC. That mode buffers replica
+# Then cancel isolation, the clean log and a redeploy's drain again on the data path `make run`
+# serves through (HAProxy, in Ray's high-throughput mode): there the WebSocket handler runs in
+# the replica's own HTTP server, not in a Serve request, calls go over gRPC, and a stopped
+# replica's HTTP server cuts what is still open once its drain window ends. That mode buffers replica
 # log lines (all but ERROR) 1000 at a time: unbuffered here, so the log test sees every line.
 # --durations: CI's log says which tests cost the suite its time.
 test: lint assets
 	$(PY) -m pytest --durations=15
 	S2S_E2E_DATA_PATH=haproxy RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE=1 \
-		$(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py
+		$(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py \
+		"tests/e2e/test_session_resume.py::test_a_redeploy_drains_the_old_replicas_sessions_and_they_resume_on_the_new_one"
 
 # Every test that needs no Ray cluster and no model (the session's parts on fakes, the
 # cancel scope, the chart, the load-test CLI), in well under a minute; `make test` runs all.

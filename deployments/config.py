@@ -164,9 +164,9 @@ class IngressConfig(BaseModel):
     """STUN/TURN servers for ``POST /v1/realtime/calls``."""
     shutdown_poll_s: float = Field(1.0, gt=0)
     """How often open sessions check for a shutdown (one ~1 ms controller call per ingress
-    replica); under the HAProxy data path, keep it below the 2.5 s drain
-    (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``), or Ctrl-C may cut sessions with 1012
-    instead of closing them with 1001."""
+    replica). Under the HAProxy data path a stopped replica keeps its HTTP server
+    ``drain_s + shutdown_poll_s`` and 2 s more (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``,
+    set from these by the launcher and the chart), so the drain ends before it."""
 
     drain_s: float = Field(10.0, gt=0)
     """How long a replica being replaced (a new version, a scale-down) keeps its open

@@ -43,6 +43,7 @@ import ray
 import yaml
 from ray import serve
 
+from deployments.config import AppConfig, IngressConfig
 from deployments.ports import free_port
 
 READY_POLL_S = 1.0
@@ -72,7 +73,10 @@ def main() -> None:
     port = http_options.get("port", 8000)
 
     stop = threading.Event()
-    haproxy = HAProxyRun.configure(os.environ) if args.data_path == "haproxy" else None
+    drain_hold_s = max(
+        ingress_drain_hold_s(AppConfig.model_validate(app.get("args", {})).ingress) for app in config["applications"]
+    )
+    haproxy = HAProxyRun.configure(os.environ, drain_hold_s) if args.data_path == "haproxy" else None
     if haproxy is None:
         os.environ[HAPROXY_SWITCH] = "0"
     ray.init()  # a cluster of our own: its processes inherit os.environ as set above
@@ -88,6 +92,19 @@ def main() -> None:
     threading.Thread(target=_announce_when_ready, args=(port, args.ready_timeout, stop), daemon=True).start()
     stop.wait()
     _stop(apps, args.stop_within, stop, haproxy)
+
+
+DRAIN_CLOSE_S = 2.0
+"""After a drain's 1012s are sent: for the closing handshakes to finish."""
+
+
+def ingress_drain_hold_s(ingress: IngressConfig) -> float:
+    """How long an ingress replica that Serve stops must keep its HTTP server behind HAProxy:
+    its drain (``drain_s`` from the first look that sees the stop, within ``shutdown_poll_s``)
+    and the closes. Ray's default is 30 s, whatever the drain: a longer drain (the chart's
+    300 s) was cut there, and ours of 2.5 s cut every drain short, with the answers in flight
+    (docs/bench (c8))."""
+    return ingress.drain_s + ingress.shutdown_poll_s + DRAIN_CLOSE_S
 
 
 class HAProxyRun:
@@ -113,7 +130,12 @@ class HAProxyRun:
         os.close(read_end)
 
     @classmethod
-    def configure(cls, environ: MutableMapping[str, str]) -> "HAProxyRun":
+    def configure(cls, environ: MutableMapping[str, str], drain_hold_s: float | None = None) -> "HAProxyRun":
+        """The HAProxy settings in ``environ``; ``drain_hold_s``: how long a stopped ingress
+        replica keeps its HTTP server (default: :func:`ingress_drain_hold_s` of the
+        ingress's defaults)."""
+        if drain_hold_s is None:
+            drain_hold_s = ingress_drain_hold_s(IngressConfig())
         environ[HAPROXY_SWITCH] = "1"
         if environ.get(HAPROXY_CONFIG):
             run = cls(Path(environ[HAPROXY_CONFIG]).parent, owned=False)
@@ -137,12 +159,10 @@ class HAProxyRun:
             "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
-            # An ingress replica stays up 30 s after it is told to stop, by default, for an
-            # outside load balancer to forget it; here HAProxy is the only one. Then its HTTP
-            # server stops and cuts any WebSocket still open (1012): long enough for the
-            # ingress's shutdown watch (`shutdown_poll_s`, 1 s) to close the
-            # sessions first, with 1001.
-            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2.5",
+            # How long an ingress replica told to stop keeps its HTTP server; then the server
+            # stops and cuts every WebSocket still open (1012, with any answer in flight):
+            # the ingress's whole drain must fit in it (ingress_drain_hold_s).
+            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(drain_hold_s),
         }
         for name, value in defaults.items():
             environ.setdefault(name, value)

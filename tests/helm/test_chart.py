@@ -8,15 +8,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import helm_python as helm
 import jsonschema
 import pytest
 import yaml
+from ray.serve._private.constants import RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S
 from ray.serve.schema import ServeDeploySchema
 
 from deployments.config import AppConfig
+from deployments.serve_local import ingress_drain_hold_s
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "helm" / "s2s-serve"
@@ -69,6 +71,12 @@ MANY_TTS = {
 def render(values: dict[str, Any] | None = None) -> dict[str, Any]:
     manifests = helm.Chart.load(CHART).render(values, name="voice", namespace="agents")
     return {path: yaml.safe_load(text) for path, text in manifests.items() if path.endswith(".yaml") and text.strip()}
+
+
+def values_of(values: dict[str, Any] | None) -> dict[str, Any]:
+    """The app's args that the chart serves with ``values``."""
+    (app,) = yaml.safe_load(rayservice(values)["spec"]["serveConfigV2"])["applications"]
+    return cast(dict[str, Any], app["args"])
 
 
 def rayservice(values: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -281,6 +289,12 @@ def test_every_wait_of_a_stopping_pod_or_cluster_is_set_from_the_ingress_drain()
             (container,) = pod["containers"]
             hook = container["lifecycle"]["preStop"]["exec"]["command"]
             assert hook == ["python", "-m", "cluster.prestop", "--deadline-s", str(grace_s + 10)]
+        # Behind HAProxy a stopped ingress replica's HTTP server outlives the drain (Ray's
+        # default of 30 s cut the 300 s drain), and Ray need not raise the grace period for it.
+        hold = ingress_drain_hold_s(AppConfig.model_validate(values_of(values)).ingress)
+        for env in pod_env(rayservice(values)):
+            assert {"name": "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "value": f"{hold:g}"} in env
+        assert hold + RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S <= grace_s
     with pytest.raises(helm.HelmError, match=r"hardStopAfterS \(300\) must be at least .* \(340\)"):
         render({"haproxy": {"hardStopAfterS": 300}})
     render({"haproxy": {"hardStopAfterS": 300}, "dataPath": "proxy"})  # no HAProxy: no hard stop

@@ -86,6 +86,12 @@ from a variable the chart does not set: the ingress replicas would fail to start
   value: {{ .Values.haproxy.threads | quote }}
 - name: RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S
   value: {{ .Values.haproxy.hardStopAfterS | quote }}
+{{- /* A stopped ingress replica keeps its HTTP server this long, then cuts every WebSocket
+still open: the drain (drain_s, seen within shutdown_poll_s) and the closes must fit, as
+deployments/serve_local.py's ingress_drain_hold_s says. Ray's default is 30 s. */}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict }}
+- name: RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
+  value: {{ addf (include "s2s-serve.drainS" .) ($ingress.shutdown_poll_s | default 1) 2 | quote }}
 {{- range $name, $value := .Values.haproxy.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
