@@ -24,13 +24,7 @@ long=$!
 sleep 20
 .venv/bin/s2s-loadtest $common --sessions 70 --duration-s 70 --ramp-s 20 --seed 4 --out $out/autoscale-burst-70.json > /tmp/runs/autoscale.burst.log 2>&1 &
 burst=$!
-# The ingress's replica count every 2 s, from Serve's own status.
-( while kill -0 $long 2>/dev/null; do
-    curl -s http://127.0.0.1:8265/api/serve/applications/ | python3 -c "import json, sys, time
-replicas = json.load(sys.stdin)['applications']['voice']['deployments']['RealtimeIngress']['replicas']
-print(round(time.time()), sorted(replica['state'] for replica in replicas))"
-    sleep 2
-  done ) > /tmp/runs/autoscale.replicas.txt &
+# The harness's report has the replica counts over time (its `timeline`).
 wait $burst; echo "burst rc=$?"
 wait $long; echo "long rc=$?"
 kill -INT $server; wait $server
