@@ -268,7 +268,7 @@ class RealtimeIngress:
             logger.exception("no cancel scope for a new session")
             error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
             with contextlib.suppress(ClientLeft):
-                await transport.send(encode(error_event(error, "server_error")))
+                await transport.send(error_event(error, "server_error"))
             await transport.close(CLOSE_INTERNAL_ERROR, error.code)
             return
         metrics = SessionMetrics(self._metrics)

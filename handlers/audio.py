@@ -37,15 +37,12 @@ def resample(samples: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     return soxr.resample(samples, from_rate, to_rate).astype(np.float32, copy=False)
 
 
-def b64_pcm16_decode(data: str) -> bytes:
+def b64_audio_decode(data: str) -> bytes:
     """Decode a base64 audio payload; raises ``ValueError`` on malformed input."""
     try:
-        pcm = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"audio is not valid base64: {exc}") from None
-    if len(pcm) % 2:
-        raise ValueError(f"PCM16 audio must have an even number of bytes, got {len(pcm)}")
-    return pcm
 
 
 def b64_pcm16_encode(pcm: bytes) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deployments.realtime.protocol import ProtocolError
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, pcm16_to_float
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler
 from handlers.utterance import UtteranceBuffer
 from handlers.vad import (
     SpeechPaused,
@@ -77,6 +77,7 @@ class AudioInput:
         self._max_queued_samples = int(max_queued_audio_s * SPEECH_RATE)
         self._on_vad_failure = on_vad_failure
         self._resampler = StreamResampler(REALTIME_RATE, SPEECH_RATE)
+        self._input_rate = REALTIME_RATE
         self._queue: asyncio.Queue[tuple[np.ndarray, float]] = asyncio.Queue()
         self._queued_samples = 0
         self._events: asyncio.Queue[tuple[int, TurnEvent]] = asyncio.Queue()
@@ -106,18 +107,21 @@ class AudioInput:
         ``heard`` (a copy)."""
         return self._buffer.peek(heard)
 
-    def append(self, pcm16: bytes) -> None:
-        """Audio from the client (24 kHz PCM16); refused while the VAD is too far behind."""
-        if not pcm16:
+    def append(self, samples: np.ndarray, rate: int) -> None:
+        """Audio from the client (float32 at ``rate``: its format's); refused while the VAD is
+        too far behind."""
+        if not samples.size:
             return
-        if self._queued_samples + len(pcm16) // 2 * SPEECH_RATE // REALTIME_RATE > self._max_queued_samples:
+        if self._queued_samples + samples.size * SPEECH_RATE // rate > self._max_queued_samples:
             raise ProtocolError(
                 "input_audio_backlog_full",
                 f"over {self._max_queued_samples / SPEECH_RATE:g} s of audio wait for voice activity detection; "
                 "this audio was dropped",
                 "max_queued_audio_s",
             )
-        chunk = self._resampler.process(pcm16_to_float(pcm16))
+        if rate != self._input_rate:  # the client's format changed: a stream at its rate
+            self._resampler, self._input_rate = StreamResampler(rate, SPEECH_RATE), rate
+        chunk = self._resampler.process(samples)
         self._queued_samples += len(chunk)
         self._queue.put_nowait((chunk, time.monotonic()))
 

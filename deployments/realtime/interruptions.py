@@ -115,6 +115,7 @@ class InterruptionGate:
         self,
         *,
         rules: Callable[[], InterruptionRules],
+        interrupts: Callable[[], bool],
         playback: Playback,
         audio: AudioInput,
         stages: Stages,
@@ -122,11 +123,14 @@ class InterruptionGate:
         decided: Callable[[bool, float], None],
         spawn: Spawn,
     ) -> None:
-        """``act``: turn-taking's handling of an event (the gate passes confirmed speech
+        """``interrupts()``: whether speech may interrupt an answer at all
+        (``interrupt_response``; if not, nothing is decided and the answer never pauses);
+        ``act``: turn-taking's handling of an event (the gate passes confirmed speech
         on to it, and everything once nothing is pending); ``decided(confirmed, heard_s)``:
         told of each candidate's outcome and how much of its speech had come in by then,
         from its onset (the metrics)."""
         self._rules = rules
+        self._interrupts = interrupts
         self._playback = playback
         self._audio = audio
         self._stages = stages
@@ -141,7 +145,12 @@ class InterruptionGate:
         if candidate is not None:
             candidate.events.append(event)
             self._follow(candidate, event)
-        elif isinstance(event.vad, SpeechStarted) and not self._rules().immediate and self._playback.playing():
+        elif (
+            isinstance(event.vad, SpeechStarted)
+            and self._interrupts()
+            and not self._rules().immediate
+            and self._playback.playing()
+        ):
             look_at = event.vad.start_sample + ms_to_samples(self._rules().min_duration_ms)
             self._candidate = _Candidate(event.vad, look_at, [event])
             self._playback.pause()

@@ -6,6 +6,8 @@ protocol gives. A user audio item is transcribed like a spoken turn (``Transcrip
 its events come as a turn's do.
 """
 
+from collections.abc import Callable
+
 from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemCreateEvent,
@@ -24,6 +26,7 @@ from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id, server_event
 from deployments.realtime.transcription import Transcription
+from deployments.realtime.wire_audio import WireAudio
 
 
 class ItemEvents:
@@ -36,6 +39,7 @@ class ItemEvents:
         playback: Playback,
         max_item_chars: int,
         max_input_audio_s: float,
+        input_audio: Callable[[], WireAudio],
     ) -> None:
         self._conversation = conversation
         self._transcription = transcription
@@ -43,13 +47,14 @@ class ItemEvents:
         self._playback = playback
         self._max_item_chars = max_item_chars
         self._max_input_audio_s = max_input_audio_s
+        self._input_audio = input_audio
 
     async def create(self, event: ConversationItemCreateEvent) -> None:
         item = event.item
         if item.id is not None and self._conversation.find(item.id) is not None:
             raise ProtocolError("invalid_value", f"the conversation already has an item {item.id[:64]!r}", "item.id")
         if is_user_audio(item):
-            utterance = client_audio(item, self._max_input_audio_s, "item")
+            utterance = client_audio(item, self._input_audio(), self._max_input_audio_s, "item")
             try:
                 self._transcription.add(utterance, item.id or new_id("item"), event.previous_item_id)
             except KeyError:

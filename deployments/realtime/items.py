@@ -37,7 +37,8 @@ from openai.types.realtime.realtime_conversation_item_user_message import (
 )
 
 from deployments.realtime.protocol import ProtocolError, new_id
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode, pcm16_to_float, resample
+from deployments.realtime.wire_audio import WireAudio
+from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
 from handlers.llm import ChatMessage
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -248,21 +249,23 @@ def is_user_audio(item: ConversationItem) -> bool:
     return item.type == "message" and item.role == "user" and [part.type for part in item.content] == ["input_audio"]
 
 
-def client_audio(item: ConversationItem, max_seconds: float, param: str) -> np.ndarray:
-    """The audio of a client's user audio item (:func:`is_user_audio`), at the STT's rate."""
+def client_audio(item: ConversationItem, wire: WireAudio, max_seconds: float, param: str) -> np.ndarray:
+    """The audio of a client's user audio item (:func:`is_user_audio`, in the session's input
+    format ``wire``), at the STT's rate."""
     audio = item.content[0].audio if item.type == "message" else None  # type: ignore[union-attr]
     try:
-        pcm = b64_pcm16_decode(audio or "")
+        data = b64_audio_decode(audio or "")
+        samples = wire.samples(data)
     except ValueError as exc:
         raise ProtocolError("invalid_value", str(exc), f"{param}.content.audio") from None
-    seconds = len(pcm) / (2 * REALTIME_RATE)
+    seconds = len(data) / wire.bytes_per_second
     if not MIN_AUDIO_MS / 1000 <= seconds <= max_seconds:
         raise ProtocolError(
             "invalid_value",
             f"input_audio must be {MIN_AUDIO_MS} ms to {max_seconds:g} s long",
             f"{param}.content.audio",
         )
-    return resample(pcm16_to_float(pcm), REALTIME_RATE, SPEECH_RATE)
+    return resample(samples, wire.rate, SPEECH_RATE)
 
 
 def from_client(item: ConversationItem, max_chars: int, param: str) -> Item:

@@ -20,23 +20,28 @@ A speculative response (started in the pause before the turn is known to have en
 response dropped unseen stays unseen: every event of it that comes later (its tasks stop at
 their next step, and one may still be sending) is dropped too, control included, since the
 client never saw it created.
+
+The answer's audio is queued here as :class:`AnswerAudio` frames, in order with the rest, and
+the send loop hands each to the transport's :class:`AudioOut` port (a ``CLEAR_AUDIO`` to its
+``clear``); every other event goes to the transport's ``send``.
 """
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import get_args
 
 from openai import BaseModel as OpenAIModel
 from openai.types import realtime as events
 from openai.types.realtime import realtime_server_event as more_events
 
-from deployments.realtime.protocol import encode
+from deployments.realtime.audio_out import AnswerAudio, AudioOut, ClearAudio, SendEvent
 
 SERVER_EVENT_TYPES: frozenset[type] = frozenset(get_args(get_args(events.RealtimeServerEvent)[0]))
 """Every server event type of the protocol, from the SDK's union."""
 
 _OUTPUT: tuple[type, ...] = (
+    AnswerAudio,
     events.ResponseAudioDeltaEvent,
     events.ResponseAudioTranscriptDeltaEvent,
     events.ResponseTextDeltaEvent,
@@ -96,22 +101,25 @@ KEPT_ON_CANCEL: frozenset[type] = frozenset[type](
 the response's, and a cancelled response still ends (``*.done``, ``response.done``)."""
 
 Sent = Callable[[], None]
-_Entry = tuple[str | None, OpenAIModel, Sent | None]
+Outgoing = OpenAIModel | AnswerAudio | ClearAudio
+_Entry = tuple[str | None, Outgoing, Sent | None]
 
 
-def is_output(event: OpenAIModel) -> bool:
+def is_output(event: Outgoing) -> bool:
     return type(event) in DROPPED_ON_CANCEL
 
 
 class Outbox:
     def __init__(
         self,
-        send_text: Callable[[str], Awaitable[None]],
+        send: SendEvent,
+        audio: AudioOut,
         capacity: int,
-        on_sent: Callable[[OpenAIModel], None] = lambda event: None,
-        on_dropped: Callable[[OpenAIModel], None] = lambda event: None,
+        on_sent: Callable[[Outgoing], None] = lambda event: None,
+        on_dropped: Callable[[Outgoing], None] = lambda event: None,
     ) -> None:
-        self._send_text = send_text
+        self._send = send
+        self._audio = audio
         self._capacity = capacity
         self._on_sent = on_sent
         self._on_dropped = on_dropped
@@ -124,7 +132,7 @@ class Outbox:
         self._unseen: set[str] = set()
         """Held responses dropped unseen: all their events are dropped."""
 
-    def put(self, event: OpenAIModel, response_id: str | None = None, on_sent: Sent | None = None) -> None:
+    def put(self, event: Outgoing, response_id: str | None = None, on_sent: Sent | None = None) -> None:
         """Queue ``event`` (of response ``response_id``, if any); never blocks. ``on_sent``
         is called once the event has gone to the socket (never, if it is dropped)."""
         if response_id is not None:
@@ -190,5 +198,10 @@ class Outbox:
             self._room.set()
             if on_sent is not None:  # on its way: no cancel can stop it reaching the client now
                 on_sent()
-            await self._send_text(encode(event))
+            if isinstance(event, AnswerAudio):
+                await self._audio.play(event)
+            elif isinstance(event, ClearAudio):
+                await self._audio.clear()
+            else:
+                await self._send(event)
             self._on_sent(event)

@@ -8,9 +8,11 @@ real time by the server, so the same clock holds). An answer whose audio has beg
 until its ``response.done`` went out and the clock ran out: a silence between its sentences
 (a slow TTS) is part of it, and a "mm-hmm" there is a backchannel too.
 
-While the rules decide whether a sound interrupts, the answer pauses. Where the server plays
-the audio (WebRTC) it pauses its track. Where the client plays what it is sent (a
-WebSocket), the answer's audio is sent at most ``lead_ms`` ahead of the listener's clock
+How the audio reaches the listener is the transport's (its :class:`AudioOut` port); this
+class decides when. While the rules decide whether a sound interrupts, the answer pauses.
+Where the server plays the audio (WebRTC) it pauses its track. Where the client plays what
+it is sent (a WebSocket, Twilio), the answer's audio is sent at most ``lead_ms`` ahead of the
+listener's clock
 (:meth:`Playback.room`), so stopping the send pauses the client once it has played that
 lead: the sound stops within it, and nothing is dropped. With no lead the audio goes out as
 fast as it is made (OpenAI's way), and a WebSocket client hears the answer until it is told
@@ -20,6 +22,8 @@ to stop (``speech_started``).
 import asyncio
 import time
 from collections.abc import Callable
+
+from deployments.realtime.audio_out import AudioOut
 
 HEARD_MARGIN_S = 0.25
 """A frame is still heard this long after the clock says it ended: a client's jitter
@@ -36,14 +40,16 @@ without waking more often than this."""
 class Playback:
     def __init__(
         self,
-        server_playback: Callable[[bool], None] | None,
+        audio: AudioOut,
+        clear: Callable[[], None],
         lead_ms: Callable[[], int | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``server_playback(paused)``: pauses or resumes the server's own playback;
-        ``None`` where the client plays the audio, which is then paced by ``lead_ms()``
-        (``None``: not paced)."""
-        self._server_playback = server_playback
+        """``audio``: the transport's port (where it plays the audio itself, it pauses;
+        elsewhere the audio is paced by ``lead_ms()``, ``None``: not paced); ``clear()``:
+        tells the port to stop, behind the events queued before."""
+        self._audio = audio
+        self._clear = clear
         self._lead_ms = lead_ms
         self._clock = clock
         self._heard_until = 0.0
@@ -58,10 +64,15 @@ class Playback:
         self._heard_until = max(self._heard_until, self._clock()) + ms / 1000
         self._answering = True
 
-    def answer_over(self) -> None:
+    def answer_over(self, response_id: str) -> None:
         """The answer's ``response.done`` went to the client: what is left of it is heard
         until the clock runs out."""
         self._answering = False
+        self._audio.finished(response_id)
+
+    def played_ms(self, response_id: str) -> float | None:
+        """How much of the answer the caller has played, where the transport knows."""
+        return self._audio.played_ms(response_id)
 
     def playing(self) -> bool:
         """Whether the listener hears an answer now (or would, but for a pause)."""
@@ -70,8 +81,9 @@ class Playback:
         return self._clock() < self._heard_until + HEARD_MARGIN_S
 
     def stopped(self) -> None:
-        """The client stopped playing (a barge-in, a truncate): nothing is heard now. The
-        server's own playback is cleared by the events that say so, not here."""
+        """The client stops playing (a barge-in, a cancel, a truncate): nothing is heard now,
+        and the transport clears what it was sent once the events queued before are out."""
+        self._clear()
         self._heard_until = 0.0
         self._paused_at = None
         self._resumed.set()
@@ -81,8 +93,8 @@ class Playback:
     def pause(self) -> None:
         if self._paused_at is not None:
             return
-        if self._server_playback is not None:
-            self._server_playback(True)
+        if self._audio.plays_itself:
+            self._audio.pause(True)
         elif self._lead_ms() is None:
             return  # sent as made: the client has it all, nothing can pause
         self._paused_at = self._clock()
@@ -94,9 +106,9 @@ class Playback:
         was left takes as much longer to play; a paced client played on through its lead."""
         if self._paused_at is None:
             return
-        if self._server_playback is not None:
+        if self._audio.plays_itself:
             self._heard_until += self._clock() - self._paused_at
-            self._server_playback(False)
+            self._audio.pause(False)
         self._paused_at = None
         self._resumed.set()
         self._end_pause_limit()
@@ -111,7 +123,7 @@ class Playback:
         the audio and it is paced; then never while paused, and only once what the client
         has yet to play plus ``unsent_ms()`` (the answer's audio queued or held, this frame
         included) is within the lead."""
-        while self._server_playback is None and (lead_ms := self._lead_ms()) is not None:
+        while not self._audio.plays_itself and (lead_ms := self._lead_ms()) is not None:
             if self._paused_at is not None:
                 await self._resumed.wait()
                 continue

@@ -9,7 +9,6 @@ work. Unpaced, frames leave as soon as the outbox has room, as before.
 """
 
 import asyncio
-import base64
 from collections import deque
 
 from deployments.realtime.items import AssistantMessage
@@ -97,7 +96,7 @@ class Playout:
         await self._outbox.room(self._run.id)
         self.unsent_ms += sent.ms
         await self._playback.room(self._unsent)
-        self._events.audio_delta(base64.b64encode(frame).decode("ascii"), sent)
+        self._events.audio(frame, sent)
         self._run.timeline.mark("first_audio")
 
 

@@ -13,11 +13,8 @@ from typing import Any, Literal, cast, get_args
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
-from openai.types.realtime.realtime_audio_formats import AudioPCM
 from openai.types.realtime.realtime_error import RealtimeError
 from pydantic import ValidationError
-
-from handlers.audio import REALTIME_RATE
 
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY_VIOLATION = 1008
@@ -25,9 +22,6 @@ CLOSE_INTERNAL_ERROR = 1011
 CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_AGAIN_LATER = 1013
 """The WebSocket close codes the server uses (RFC 6455, section 7.4.1)."""
-
-AUDIO_FORMAT = AudioPCM(type="audio/pcm", rate=REALTIME_RATE)
-"""The one audio format served, in and out: PCM16 mono at 24 kHz."""
 
 
 class SessionDrainingEvent(OpenAIModel):
@@ -153,11 +147,3 @@ def server_event(model: type[OpenAIModel], **fields: Any) -> OpenAIModel:
 
 def encode(event: OpenAIModel) -> str:
     return event.model_dump_json(exclude_none=True)
-
-
-def check_format(audio_format: Any, param: str) -> None:
-    """Refuse an audio format other than the one served (``AUDIO_FORMAT``)."""
-    if audio_format is not None and (
-        audio_format.type not in (None, "audio/pcm") or audio_format.rate not in (None, REALTIME_RATE)
-    ):
-        raise ProtocolError("unsupported_value", "only audio/pcm at 24000 Hz is supported", param)

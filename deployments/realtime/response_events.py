@@ -12,7 +12,6 @@ from openai.types.realtime import (
     ConversationItemDone,
     RealtimeResponse,
     RealtimeResponseStatus,
-    ResponseAudioDeltaEvent,
     ResponseAudioDoneEvent,
     ResponseAudioTranscriptDeltaEvent,
     ResponseAudioTranscriptDoneEvent,
@@ -28,6 +27,7 @@ from openai.types.realtime import (
     ResponseTextDoneEvent,
 )
 
+from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.items import FunctionCall, Item
 from deployments.realtime.outbox import Outbox, Sent
 from deployments.realtime.protocol import ProtocolError, error_event, server_event
@@ -58,8 +58,11 @@ class ResponseEvents:
     def transcript_delta(self, text: str) -> None:
         self._emit(ResponseAudioTranscriptDeltaEvent, delta=text, **_answer_ids(self._run))
 
-    def audio_delta(self, b64_audio: str, on_sent: Sent) -> None:
-        self._emit(ResponseAudioDeltaEvent, on_sent, delta=b64_audio, **_answer_ids(self._run))
+    def audio(self, pcm16: bytes, on_sent: Sent) -> None:
+        """A frame of the answer's audio (24 kHz PCM16): the transport sends it its own way."""
+        run = self._run
+        frame = AnswerAudio(run.id, run.answer.id, run.output_index(run.answer), run.options.output_audio, pcm16)
+        self._outbox.put(frame, run.id, on_sent)
 
     def text_delta(self, delta: str, on_sent: Sent) -> None:
         self._emit(ResponseTextDeltaEvent, on_sent, delta=delta, **_answer_ids(self._run))

@@ -44,6 +44,7 @@ from openai.types.realtime import (
 from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
+from deployments.realtime.audio_out import CLEAR_AUDIO
 from deployments.realtime.conversation import Conversation, prompt
 from deployments.realtime.item_events import ItemEvents
 from deployments.realtime.items import MIN_AUDIO_MS, from_client
@@ -55,7 +56,6 @@ from deployments.realtime.protocol import (
     CLOSE_POLICY_VIOLATION,
     ProtocolError,
     SessionDrainingEvent,
-    encode,
     error_event,
     new_id,
     parse_client_event,
@@ -70,7 +70,7 @@ from deployments.realtime.supervision import Supervisor
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.transport import ClientLeft, Transport
 from deployments.realtime.turns import TurnTaker
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, b64_pcm16_decode
+from handlers.audio import SPEECH_RATE, b64_audio_decode
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,6 @@ class RealtimeSession:
         resumed = stored.resumed if stored is not None else None
         if resumed is not None and resumed["settings"]:
             self._settings.update(SessionUpdateEvent(type="session.update", session=resumed["settings"]).session)
-        self._playback = Playback(transport.server_playback, lambda: self._settings.interruption.audio_lead_ms)
         self._conversation = Conversation(config.history_items)
         for record in resumed["items"] if resumed is not None else []:
             self._conversation.add(item_from_record(record))
@@ -130,7 +129,10 @@ class RealtimeSession:
                 metrics.sent(event)
                 recorder.sent(event)
 
-        self._outbox = Outbox(transport.send, config.outgoing_events, on_sent, metrics.dropped)
+        self._outbox = Outbox(transport.send, transport.audio, config.outgoing_events, on_sent, metrics.dropped)
+        self._playback = Playback(
+            transport.audio, lambda: self._outbox.put(CLEAR_AUDIO), lambda: self._settings.interruption.audio_lead_ms
+        )
         self._guard = InputGuard(config.limits)
         self._max_item_chars = config.max_item_chars
         self._audio = AudioInput(
@@ -172,6 +174,7 @@ class RealtimeSession:
             playback=self._playback,
             max_item_chars=config.max_item_chars,
             max_input_audio_s=config.max_input_audio_s,
+            input_audio=lambda: self._settings.input_audio,
         )
         self._metrics = metrics
         self._handlers: dict[type[OpenAIModel], Handler[Any]] = {
@@ -246,7 +249,7 @@ class RealtimeSession:
         """Tell the client why, then close (straight to the socket: the send loop is gone)."""
         with contextlib.suppress(Exception):
             async with asyncio.timeout(FAILURE_REPORT_TIMEOUT_S):
-                await self._transport.send(encode(error))
+                await self._transport.send(error)
                 await self._transport.close(code, error.error.code or "")
 
     def _vad_failed(self) -> None:
@@ -289,12 +292,14 @@ class RealtimeSession:
         self._outbox.put(server_event(SessionUpdatedEvent, session=self._settings.describe()))
 
     async def _on_input_audio_buffer_append(self, event: InputAudioBufferAppendEvent) -> None:
+        wire = self._settings.input_audio
         try:
-            pcm = b64_pcm16_decode(event.audio)
+            data = b64_audio_decode(event.audio)
+            samples = wire.samples(data)
         except ValueError as exc:
             raise ProtocolError("invalid_value", str(exc), "audio") from None
-        await self._guard.admit_audio(len(pcm) / (2 * REALTIME_RATE))
-        self._audio.append(pcm)
+        await self._guard.admit_audio(len(data) / wire.bytes_per_second)
+        self._audio.append(samples, wire.rate)
 
     async def _on_input_audio_buffer_commit(self, event: InputAudioBufferCommitEvent) -> None:
         utterance = await self._audio.commit()

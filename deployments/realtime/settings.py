@@ -18,8 +18,9 @@ from openai.types.responses.tool_choice_function import ToolChoiceFunction
 from pydantic import BaseModel, ValidationError
 
 from deployments.realtime.interruptions import InterruptionRules
-from deployments.realtime.protocol import AUDIO_FORMAT, ProtocolError, check_format
+from deployments.realtime.protocol import ProtocolError
 from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
+from deployments.realtime.wire_audio import PCM16, WireAudio, wire_audio
 from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection
 
@@ -39,6 +40,8 @@ class ResponseOptions:
     """``conversation: "none"``: an out-of-band answer, kept out of the conversation."""
     tools: ToolUse | None = None
     """Functions the answer may call (``None``: none, or ``tool_choice: "none"``)."""
+    output_audio: WireAudio = PCM16
+    """The format its audio leaves in (the session's when it began)."""
 
 
 @dataclass(kw_only=True)
@@ -68,6 +71,10 @@ class SessionSettings:
     tools: list[FunctionSpec] = field(default_factory=list)
     tool_choice: str | FunctionSpec = "auto"
     """``auto``, ``none``, ``required``, or the one function every answer must call."""
+    input_audio: WireAudio = PCM16
+    """The format of the client's audio (``input_audio_buffer.append``, audio items)."""
+    output_audio: WireAudio = PCM16
+    """The format the answer's audio leaves in."""
 
     def update(self, session: Session) -> bool:
         """Apply a ``session.update``; return whether turn detection changed (the input
@@ -83,15 +90,16 @@ class SessionSettings:
         if isinstance(max_output_tokens, int):
             check_range(max_output_tokens, 1, 4096, "session.max_output_tokens")
         audio = session.audio
+        output_audio, input_audio = self.output_audio, self.input_audio
         if audio is not None and audio.output is not None:
-            check_format(audio.output.format, "session.audio.output.format")
+            output_audio = wire_audio(audio.output.format, "session.audio.output.format", output_audio)
             if audio.output.speed is not None:  # accepted; served at 1.0, and shown so
                 check_range(audio.output.speed, 0.25, 1.5, "session.audio.output.speed")
         turn_detection: TurnDetection | None = self.turn_detection
         interruption = self.interruption
         turn_changed = False
         if audio is not None and audio.input is not None:
-            check_format(audio.input.format, "session.audio.input.format")
+            input_audio = wire_audio(audio.input.format, "session.audio.input.format", input_audio)
             turn_changed = "turn_detection" in audio.input.model_fields_set
             if turn_changed:
                 turn_detection = self._checked_turn_detection(audio.input.turn_detection)
@@ -107,13 +115,18 @@ class SessionSettings:
         if session.output_modalities is not None:
             self.text_only = session.output_modalities == ["text"]
         self.tools, self.tool_choice = tools, tool_choice
+        self.input_audio, self.output_audio = input_audio, output_audio
         return turn_changed
 
     def response_options(self, asked: RealtimeResponseCreateParams | None) -> ResponseOptions:
         """One ``response.create``'s own settings over the session's, checked like an update."""
         if asked is None:
             return ResponseOptions(
-                self.text_only, self.max_output_tokens, self.instructions, tools=tool_use(self.tools, self.tool_choice)
+                self.text_only,
+                self.max_output_tokens,
+                self.instructions,
+                tools=tool_use(self.tools, self.tool_choice),
+                output_audio=self.output_audio,
             )
         check_modalities(asked.output_modalities, "response.output_modalities")
         tools, tool_choice = self._tools_over_the_session(asked.tools, asked.tool_choice, "response")
@@ -132,6 +145,7 @@ class SessionSettings:
             metadata=asked.metadata,
             in_conversation=asked.conversation != "none",
             tools=tool_use(tools, tool_choice),
+            output_audio=self.output_audio,
         )
 
     def _tools_over_the_session(
@@ -217,10 +231,10 @@ class SessionSettings:
             tool_choice=describe_tool_choice(self.tool_choice),
             audio=RealtimeAudioConfig(
                 input=RealtimeAudioConfigInput(
-                    format=AUDIO_FORMAT,
+                    format=self.input_audio.describe(),
                     turn_detection=self._describe_turn_detection(),
                 ),
-                output=RealtimeAudioConfigOutput(format=AUDIO_FORMAT, speed=1.0),
+                output=RealtimeAudioConfigOutput(format=self.output_audio.describe(), speed=1.0),
             ),
         )
 

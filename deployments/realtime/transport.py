@@ -1,16 +1,20 @@
-"""The session's transport: client events in, server events out, and a close.
+"""The session's transport: client events in, server events out, the answer's audio out
+(its :class:`AudioOut` port), and a close.
 
 The session sees only :class:`Transport`; :class:`WebSocketTransport` is Starlette's
-WebSocket (a WebRTC data channel can be another). A client that has gone is
+WebSocket (a WebRTC call and a Twilio media stream are others). A client that has gone is
 :class:`ClientLeft`, whichever direction notices it first.
 """
 
 import contextlib
-from collections.abc import Callable
 from typing import Protocol
 
 from fastapi import WebSocket, WebSocketDisconnect
+from openai import BaseModel as OpenAIModel
 from starlette.websockets import WebSocketState
+
+from deployments.realtime.audio_out import AudioOut, WebSocketAudio
+from deployments.realtime.protocol import encode
 
 
 class ClientLeft(Exception):
@@ -22,7 +26,7 @@ class Transport(Protocol):
         """The next client message (``ClientLeft`` once the client has gone)."""
         ...
 
-    async def send(self, text: str) -> None:
+    async def send(self, event: OpenAIModel) -> None:
         """Send one server event (``ClientLeft`` if the client has gone)."""
         ...
 
@@ -30,16 +34,13 @@ class Transport(Protocol):
         """Close with ``code`` (RFC 6455); nothing happens if it is closed already."""
         ...
 
-    server_playback: Callable[[bool], None] | None
-    """Pauses (``True``) or resumes the answer's playback where the server plays it
-    (WebRTC); ``None`` where the client plays what it is sent (a WebSocket)."""
+    audio: AudioOut
 
 
 class WebSocketTransport:
-    server_playback: Callable[[bool], None] | None = None  # the client plays what it was sent
-
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
+        self.audio = WebSocketAudio(self.send)
 
     async def receive(self) -> str | bytes:
         try:
@@ -51,9 +52,9 @@ class WebSocketTransport:
         data: str | bytes = message.get("text") or message.get("bytes") or ""
         return data
 
-    async def send(self, text: str) -> None:
+    async def send(self, event: OpenAIModel) -> None:
         try:
-            await self._ws.send_text(text)
+            await self._ws.send_text(encode(event))
         except (WebSocketDisconnect, OSError) as exc:
             raise ClientLeft from exc
         except RuntimeError as exc:  # Starlette's answer to sending on a closed socket

@@ -69,6 +69,7 @@ class TurnTaker:
         """The utterance being spoken (``None``: the user is not speaking)."""
         self.gate = InterruptionGate(
             rules=lambda: settings.interruption,
+            interrupts=lambda: settings.interrupt_response,
             playback=playback,
             audio=audio,
             stages=stages,

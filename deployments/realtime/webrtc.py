@@ -4,10 +4,10 @@ A call is the same :class:`RealtimeSession` behind another :class:`Transport`:
 - client events arrive on the ``oai-events`` data channel, and server events leave on it;
 - the microphone is an Opus track: decoded and resampled to 24 kHz PCM16, it reaches the
   session as ``input_audio_buffer.append`` events, so every input limit applies unchanged;
-- the answer's audio (``response.output_audio.delta``) goes to an Opus track the server
-  paces in real time instead of the data channel. The server plays the audio, so a barge-in
-  (``speech_started``, a cancelled ``response.done``) or ``output_audio_buffer.clear``
-  empties its queue: playback stops at once, with ``output_audio_buffer.cleared``; and
+- the answer's audio goes to an Opus track the server paces in real time (the track is the
+  session's :class:`AudioOut` port): no event carries it. The server plays the audio, so a
+  barge-in, a cancel or ``output_audio_buffer.clear`` empties its queue: playback stops at
+  once, with ``output_audio_buffer.cleared``; and
   ``output_audio_buffer.started``/``stopped`` say when the answer begins and ends playing.
   While the session decides whether speech is an interruption, playback pauses (silence,
   nothing dropped) and resumes where it stopped if it was not.
@@ -38,6 +38,7 @@ from openai.types.realtime.realtime_server_event import (
 
 from cancel import spawn_detached
 from deployments.config import IceServer
+from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.protocol import encode, server_event
 from deployments.realtime.transport import ClientLeft
 from handlers.audio import REALTIME_RATE
@@ -85,9 +86,11 @@ def _credential(variable: str | None) -> str | None:
 
 class AnswerTrack(MediaStreamTrack):
     """The answer's audio as the server plays it: 20 ms frames in real time, silence when
-    there is nothing to say or while paused; ``clear`` stops playback at once."""
+    there is nothing to say or while paused; ``clear`` stops playback at once. The session's
+    :class:`AudioOut` port for a call."""
 
     kind = "audio"
+    plays_itself = True
 
     def __init__(self, tell: Callable[[OpenAIModel], None]) -> None:
         super().__init__()
@@ -101,17 +104,26 @@ class AnswerTrack(MediaStreamTrack):
         self._samples = 0
         self.paused = False
 
-    def play(self, response_id: str, pcm16: bytes) -> None:
-        if self._response_id != response_id:
-            self._response_id = response_id
-            self._tell(server_event(OutputAudioBufferStarted, response_id=response_id))
-        self._queue += pcm16
+    async def play(self, frame: AnswerAudio) -> None:
+        if self._response_id != frame.response_id:
+            self._response_id = frame.response_id
+            self._tell(server_event(OutputAudioBufferStarted, response_id=frame.response_id))
+        self._queue += frame.pcm16
 
-    def finish(self, response_id: str) -> None:
+    def finished(self, response_id: str) -> None:
         """``response_id`` sent all its audio: playback stops when it has played."""
         self._finished = response_id
 
-    def clear(self) -> None:
+    def pause(self, paused: bool) -> None:
+        self.paused = paused
+
+    def played_ms(self, response_id: str) -> float | None:
+        return None  # the session's clock is the track's: it counts what was played
+
+    async def clear(self) -> None:
+        self.clear_now()
+
+    def clear_now(self) -> None:
         """Stop playing now, dropping what was queued."""
         self.paused = False
         if self._response_id is not None:
@@ -154,7 +166,7 @@ class WebRTCTransport:
         self._unsent: list[str] = []
         """Server events from before the data channel opened (``session.created``)."""
         self.answer = AnswerTrack(self._send_event)
-        self.server_playback: Callable[[bool], None] | None = self._pause_answer
+        self.audio = self.answer
         self._tasks: set[asyncio.Task[None]] = set()
         peer.on("datachannel", self._on_channel)
         peer.on("track", self._on_track)
@@ -183,23 +195,8 @@ class WebRTCTransport:
             raise ClientLeft
         return message
 
-    async def send(self, text: str) -> None:
-        if '"response.output_audio.delta"' in text:
-            event = json.loads(text)
-            self.answer.play(event["response_id"], base64.b64decode(event["delta"]))
-            return  # played on the audio track, not sent as an event
-        self._send_text(text)
-        if '"input_audio_buffer.speech_started"' in text:
-            self.answer.clear()  # barge-in: the server stops playing at once (then says so)
-        elif '"response.done"' in text:
-            done = json.loads(text)["response"]
-            if done["status"] == "cancelled":
-                self.answer.clear()
-            else:
-                self.answer.finish(done["id"])
-
-    def _pause_answer(self, paused: bool) -> None:
-        self.answer.paused = paused
+    async def send(self, event: OpenAIModel) -> None:
+        self._send_text(encode(event))
 
     async def close(self, code: int, reason: str) -> None:
         self._incoming.put_nowait(None)
@@ -235,7 +232,7 @@ class WebRTCTransport:
 
     def _on_message(self, message: str | bytes) -> None:
         if isinstance(message, str) and '"output_audio_buffer.clear"' in message:
-            self.answer.clear()  # the client asks the server to stop playing
+            self.answer.clear_now()  # the client asks the server to stop playing
             return
         self._incoming.put_nowait(message)
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from handlers.audio import b64_pcm16_decode, b64_pcm16_encode, float_to_pcm16, pcm16_to_float, resample
+from handlers.audio import b64_audio_decode, b64_pcm16_encode, float_to_pcm16, pcm16_to_float, resample
 from handlers.text import SpeechChunker
 
 
@@ -52,14 +52,14 @@ def test_chunker_splits_runaway_text() -> None:
 def test_pcm16_round_trip_and_base64() -> None:
     samples = np.array([0.0, 0.5, -0.5, 1.5, -1.5], dtype=np.float32)
     pcm = float_to_pcm16(samples)
-    back = pcm16_to_float(b64_pcm16_decode(b64_pcm16_encode(pcm)))
+    back = pcm16_to_float(b64_audio_decode(b64_pcm16_encode(pcm)))
     assert np.allclose(back, [0.0, 0.5, -0.5, 32767 / 32768, -1.0], atol=1e-4)
 
 
 @pytest.mark.parametrize("bad", ["not base64!", "AAA"])
 def test_bad_audio_payload_is_a_clear_error(bad: str) -> None:
     with pytest.raises(ValueError):
-        b64_pcm16_decode(bad)
+        b64_audio_decode(bad)
 
 
 def test_resample_keeps_duration_and_pitch() -> None:

@@ -11,13 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from fakes import FakeScope, FakeStages, Gate
+from openai import BaseModel as OpenAIModel
 from openai.types.realtime import InputAudioBufferClearedEvent
 
 from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.realtime.audio_out import CLEAR_AUDIO, WebSocketAudio
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
-from deployments.realtime.protocol import server_event
+from deployments.realtime.protocol import encode, server_event
 from deployments.realtime.response import Responder, ResponseSettings
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.supervision import Supervisor
@@ -36,7 +38,8 @@ class Rig:
         self.sent: list[dict[str, Any]] = []
         self.send_gate = Gate()
         self._arrived = asyncio.Event()
-        self.outbox = Outbox(self._send, capacity)
+        audio = WebSocketAudio(self._send)
+        self.outbox = Outbox(self._send, audio, capacity)
         self.supervisor = Supervisor("rig")
         self.settings = SessionSettings(
             model_name="fake",
@@ -47,7 +50,7 @@ class Rig:
         )
         self.conversation = Conversation(100)
         self.scope = FakeScope(name)
-        self.playback = Playback(None)
+        self.playback = Playback(audio, lambda: self.outbox.put(CLEAR_AUDIO))
         self.responder = Responder(
             stages=self.stages,
             scope=self.scope,
@@ -61,9 +64,9 @@ class Rig:
         )
         self._task: asyncio.Task[None] | None = None
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, event: OpenAIModel) -> None:
         await self.send_gate.passage()
-        self.sent.append(json.loads(text))
+        self.sent.append(json.loads(encode(event)))
         self._arrived.set()
 
     async def __aenter__(self) -> "Rig":

@@ -12,9 +12,11 @@ import pytest
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
 from deployments.metrics import IngressMetrics, SessionMetrics
+from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.interruptions import InterruptionRules, holds_a_real_word
 from deployments.realtime.playback import Playback
 from deployments.realtime.webrtc import FRAME_SAMPLES, AnswerTrack
+from deployments.realtime.wire_audio import PCM16
 from handlers.synthetic import ToneTranscriber
 
 BACKCHANNEL, QUESTION = 3, 2
@@ -247,10 +249,26 @@ async def test_sessions_on_the_same_stages_each_keep_their_own_interruptions() -
         assert len(c.socket.of_type("input_audio_buffer.speech_started")) == 1
 
 
+class ServerPlayed:
+    """A transport's audio port that plays the audio itself (as WebRTC's track does)."""
+
+    plays_itself = True
+
+    def __init__(self) -> None:
+        self.paused: list[bool] = []
+
+    def pause(self, paused: bool) -> None:
+        self.paused.append(paused)
+
+    def finished(self, response_id: str) -> None:
+        pass
+
+
 async def test_the_listener_clock_counts_what_was_sent_and_shifts_by_a_pause() -> None:
     now = [100.0]
-    paused: list[bool] = []
-    playback = Playback(paused.append, clock=lambda: now[0])
+    audio = ServerPlayed()
+    paused = audio.paused
+    playback = Playback(audio, clear=lambda: None, clock=lambda: now[0])  # type: ignore[arg-type]
     assert not playback.playing()
     playback.sent(1000)
     playback.sent(1000)  # heard after the first
@@ -265,7 +283,7 @@ async def test_the_listener_clock_counts_what_was_sent_and_shifts_by_a_pause() -
     assert playback.playing(), "0.5 s were left when it paused"
     now[0] = 110.8
     assert playback.playing(), "a silence inside the answer: its response.done has not gone out"
-    playback.answer_over()
+    playback.answer_over("resp_1")
     assert not playback.playing()
     playback.sent(1000)
     playback.stopped()
@@ -276,14 +294,14 @@ async def test_a_paused_webrtc_track_plays_silence_and_then_what_was_left() -> N
     told: list[object] = []
     track = AnswerTrack(told.append)
     frame = np.full(FRAME_SAMPLES, 1000, np.int16).tobytes()
-    track.play("resp_1", frame * 2)
+    await track.play(AnswerAudio("resp_1", "item_1", 0, PCM16, frame * 2))
     track.paused = True
     silent = await track.recv()
     assert not np.asarray(silent.to_ndarray()).any()
     track.paused = False
     assert np.asarray((await track.recv()).to_ndarray()).all()
     assert np.asarray((await track.recv()).to_ndarray()).all(), "nothing was lost to the pause"
-    track.play("resp_1", frame)
+    await track.play(AnswerAudio("resp_1", "item_1", 0, PCM16, frame))
     track.paused = True
-    track.clear()
+    await track.clear()
     assert not track.paused, "a barge-in's clear ends the pause with the audio"

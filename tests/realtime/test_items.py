@@ -20,6 +20,7 @@ from deployments.realtime.items import (
     is_user_audio,
 )
 from deployments.realtime.protocol import ProtocolError
+from deployments.realtime.wire_audio import PCM16
 from handlers.audio import SPEECH_RATE, b64_pcm16_encode
 
 CASES: list[tuple[dict[str, Any], type, dict[str, Any]]] = [
@@ -76,7 +77,7 @@ async def test_user_audio_is_decoded_and_shown_with_its_transcript_once_heard() 
     pcm = b64_pcm16_encode(bytes(2 * 24_000 // 2))  # 0.5 s at 24 kHz
     given = client_item({"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": pcm}]})
     assert is_user_audio(given)
-    assert len(client_audio(given, 60, "item")) == SPEECH_RATE // 2
+    assert len(client_audio(given, PCM16, 60, "item")) == SPEECH_RATE // 2
     item = UserAudio("item_a")
     assert item.wire().content[0].transcript is None and not item.prompted
     item.heard("Hello.")

@@ -143,3 +143,34 @@ async def test_a_candidate_whose_audio_stops_coming_holds_the_answer_no_longer_t
         done = await h.socket.wait_type("response.done", timeout_s=MAX_PAUSE_S + 3)
         assert done["response"]["status"] == "completed"
         assert audio_ms(h.socket) == 3 * 2 * 300
+
+
+async def test_with_interrupt_response_off_speech_over_an_answer_never_pauses_it() -> None:
+    """Two sessions on the same stages: one says ``interrupt_response: false``, so speech
+    over its answer is a turn of its own and the answer plays on through it, unpaused (it
+    paused for up to ``MAX_PAUSE_S`` while a decision that could not change anything was
+    made); the other is interrupted as usual."""
+    stages = answer_stages(pieces_ms=500)
+    async with Harness(stages, "a", interruption=PACED) as a, Harness(stages, "b", interruption=PACED) as b:
+        turn_detection = {"type": "server_vad", "interrupt_response": False}
+        a.socket.client_sends(
+            type="session.update", session={"type": "realtime", "audio": {"input": {"turn_detection": turn_detection}}}
+        )
+        await a.socket.wait_type("session.updated")
+        for h in (a, b):
+            append_audio(h.socket, speech(1))
+        for h in (a, b):
+            await h.socket.wait_type("response.output_audio.delta")
+        stages.stt_gate.close()  # a candidate's words would stay undecided, and its answer paused
+        append_audio(a.socket, speech(QUESTION, seconds=0.6))
+        await a.socket.wait_type("input_audio_buffer.speech_started", count=2)
+        sent_then = audio_ms(a.socket)
+        async with asyncio.timeout(MAX_PAUSE_S - 0.3):
+            while audio_ms(a.socket) < sent_then + 2 * LEAD_MS:
+                await asyncio.sleep(0.02)
+        stages.stt_gate.open()
+        append_audio(b.socket, speech(QUESTION))
+        assert (await b.socket.wait_type("response.done", timeout_s=10))["response"]["status"] == "cancelled"
+        first = (await a.socket.wait_type("response.done", timeout_s=10))["response"]
+        assert first["status"] == "completed"
+        assert audio_ms(a.socket, first["id"]) == 3 * 2 * 500, "the answer went on whole"

@@ -1,0 +1,116 @@
+"""The port through which an answer's audio leaves for the caller, whatever carries it.
+
+The response side makes :class:`AnswerAudio` frames (24 kHz PCM16) and hands them to the
+outbox, which keeps them in order with the session's events and drops a cancelled answer's;
+its send loop gives each to the transport's :class:`AudioOut`, and a :data:`CLEAR_AUDIO`
+queued behind a barge-in's events to its ``clear``. Each transport owns its codec and how
+its caller plays the audio:
+
+- a WebSocket client plays what it is sent: frames leave as ``response.output_audio.delta``
+  events in the session's output format (:class:`WebSocketAudio`), paced by the session
+  (``Playback.room``) at most ``audio_lead_ms`` ahead;
+- WebRTC plays them on the server's own track, in real time: it can pause and clear;
+- Twilio gets μ-law ``media`` messages and a ``mark`` after each, whose echoes say what the
+  caller has played (``deployments.realtime.twilio``).
+"""
+
+import base64
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from openai import BaseModel as OpenAIModel
+from openai.types.realtime import ResponseAudioDeltaEvent
+
+from deployments.realtime.protocol import server_event
+from deployments.realtime.wire_audio import AnswerEncoder, WireAudio
+
+
+@dataclass(slots=True)
+class AnswerAudio:
+    """One frame of an answer's audio on its way out: an output event of the outbox, like
+    the delta a WebSocket client gets for it (so it is dropped when its answer is cancelled)."""
+
+    type: ClassVar[str] = "response.output_audio.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    wire: WireAudio
+    """The session's output format when the answer began."""
+    pcm16: bytes
+    """24 kHz PCM16."""
+
+
+class ClearAudio:
+    """Control, queued behind a barge-in's (or cancel's) events: the caller stops playing."""
+
+    type: ClassVar[str] = "audio.clear"
+
+
+CLEAR_AUDIO = ClearAudio()
+
+
+class AudioOut(Protocol):
+    plays_itself: bool
+    """Whether the server plays the audio in real time (WebRTC's track): it can pause it and
+    needs no pacing. Otherwise the caller plays what it is sent, and the session paces it."""
+
+    async def play(self, frame: AnswerAudio) -> None:
+        """Send (or queue for playing) one frame; called in order by the outbox's send loop."""
+        ...
+
+    def finished(self, response_id: str) -> None:
+        """The answer's ``response.done`` went out: nothing more of it comes."""
+        ...
+
+    async def clear(self) -> None:
+        """Stop what the caller hears now and drop what it was sent and has not played."""
+        ...
+
+    def pause(self, paused: bool) -> None:
+        """Hold (``True``) or go on with the answer; only where ``plays_itself``."""
+        ...
+
+    def played_ms(self, response_id: str) -> float | None:
+        """How much of the answer the caller is known to have played (``None``: only the
+        caller knows; it says so with ``conversation.item.truncate``)."""
+        ...
+
+
+class WebSocketAudio:
+    """Frames as ``response.output_audio.delta`` events, base64 in the session's format."""
+
+    plays_itself = False
+
+    def __init__(self, send: "SendEvent") -> None:
+        self._send = send
+        self._encoder: tuple[str, AnswerEncoder] | None = None
+
+    async def play(self, frame: AnswerAudio) -> None:
+        if self._encoder is None or self._encoder[0] != frame.response_id or self._encoder[1].wire != frame.wire:
+            self._encoder = (frame.response_id, frame.wire.encoder())
+        audio = base64.b64encode(self._encoder[1].encode(frame.pcm16)).decode("ascii")
+        delta = server_event(
+            ResponseAudioDeltaEvent,
+            delta=audio,
+            response_id=frame.response_id,
+            item_id=frame.item_id,
+            output_index=frame.output_index,
+            content_index=0,
+        )
+        await self._send(delta)
+
+    def finished(self, response_id: str) -> None:
+        pass  # the client plays it out
+
+    async def clear(self) -> None:
+        self._encoder = None  # the client stops at speech_started (or a cancelled response.done)
+
+    def pause(self, paused: bool) -> None:
+        pass  # paced instead: the session stops sending
+
+    def played_ms(self, response_id: str) -> float | None:
+        return None
+
+
+class SendEvent(Protocol):
+    async def __call__(self, event: OpenAIModel) -> None: ...
