@@ -121,6 +121,7 @@ class SpokenAnswer:
             continues_piece = True
             for offset in range(0, len(pcm), self._frame_bytes):
                 self._playout.play(pcm[offset : offset + self._frame_bytes])
+        self._playout.play(b"")  # the piece ends: an encoder lets out what it held back
         run.streams.discard(tts)
 
     async def played(self) -> None:

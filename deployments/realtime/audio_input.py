@@ -120,7 +120,10 @@ class AudioInput:
                 "max_queued_audio_s",
             )
         if rate != self._input_rate:  # the client's format changed: a stream at its rate
-            self._resampler, self._input_rate = StreamResampler(rate, SPEECH_RATE), rate
+            # Telephone audio has nothing above 4 kHz to filter out; HQ's filter would hold
+            # 95 ms of it back from the VAD, LQ's holds 4 ms.
+            quality = "LQ" if rate < SPEECH_RATE else "HQ"
+            self._resampler, self._input_rate = StreamResampler(rate, SPEECH_RATE, quality), rate
         chunk = self._resampler.process(samples)
         self._queued_samples += len(chunk)
         self._queue.put_nowait((chunk, time.monotonic()))

@@ -37,7 +37,8 @@ class AnswerAudio:
     wire: WireAudio
     """The session's output format when the answer began."""
     pcm16: bytes
-    """24 kHz PCM16."""
+    """24 kHz PCM16; empty at the end of each spoken piece (an encoder lets out what its
+    resampler held)."""
 
 
 class ClearAudio:
@@ -88,7 +89,10 @@ class WebSocketAudio:
     async def play(self, frame: AnswerAudio) -> None:
         if self._encoder is None or self._encoder[0] != frame.response_id or self._encoder[1].wire != frame.wire:
             self._encoder = (frame.response_id, frame.wire.encoder())
-        audio = base64.b64encode(self._encoder[1].encode(frame.pcm16)).decode("ascii")
+        encoded = self._encoder[1].encode(frame.pcm16)
+        if not encoded:
+            return
+        audio = base64.b64encode(encoded).decode("ascii")
         delta = server_event(
             ResponseAudioDeltaEvent,
             delta=audio,

@@ -76,15 +76,20 @@ _SERVED = "audio/pcm (24000 Hz), audio/pcmu and audio/pcma (8000 Hz) are"
 
 
 class AnswerEncoder:
-    """An answer's 24 kHz PCM16 as the wire's bytes, frame by frame (one per answer: the
-    resampler's state belongs to one stream of audio)."""
+    """An answer's 24 kHz PCM16 as the wire's bytes, frame by frame. The resampler's filter
+    holds the last ~64 ms back, so an empty frame (the end of a spoken piece) lets it out and
+    the next piece starts a fresh stream: nothing of a sentence is lost or runs into the next."""
 
     def __init__(self, wire: WireAudio) -> None:
         self.wire = wire
-        self._resampler = StreamResampler(REALTIME_RATE, wire.rate) if wire.law else None
+        self._resampler: StreamResampler | None = None
 
     def encode(self, pcm16: bytes) -> bytes:
-        if self._resampler is None or self.wire.law is None:
+        if self.wire.law is None:
             return pcm16
-        samples = self._resampler.process(pcm16_to_float(pcm16))
+        if self._resampler is None:
+            self._resampler = StreamResampler(REALTIME_RATE, self.wire.rate)
+        samples = self._resampler.process(pcm16_to_float(pcm16), last=not pcm16)
+        if not pcm16:
+            self._resampler = None
         return g711.encode(np.frombuffer(float_to_pcm16(samples), dtype="<i2"), self.wire.law)
