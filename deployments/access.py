@@ -7,6 +7,8 @@ the server supports ASGI's WebSocket denial responses (uvicorn does: the HAProxy
 and Serve's proxy); elsewhere the status alone is 403.
 """
 
+import base64
+import binascii
 import hmac
 import os
 
@@ -22,6 +24,8 @@ SERVED_PATHS = [
     "/v1/realtime (WebSocket)",
     "POST /v1/realtime/calls (WebRTC)",
     "/v1/realtime/ice-servers",
+    "/v1/twilio/incoming-call (TwiML)",
+    "/v1/twilio/media-stream (Twilio Media Streams)",
     "/ (the voice page)",
     "/healthz",
     "/readyz",
@@ -55,11 +59,21 @@ class Access:
             return f"the origin {origin[:100]!r} is not among this server's allowed_origins"
         if self._key is None:
             return None
-        scheme, _, bearer = connection.headers.get("authorization", "").partition(" ")
-        presented = [bearer] if scheme.lower() == "bearer" else []
+        scheme, _, credentials = connection.headers.get("authorization", "").partition(" ")
+        presented = [credentials] if scheme.lower() == "bearer" else []
+        if scheme.lower() == "basic":  # a Twilio webhook's https://any:<key>@host/...
+            presented.append(_basic_password(credentials))
         presented += [p.removeprefix(API_KEY_SUBPROTOCOL) for p in offered if p.startswith(API_KEY_SUBPROTOCOL)]
         if not presented:
             return f"no API key: send 'Authorization: Bearer <key>' or the subprotocol '{API_KEY_SUBPROTOCOL}<key>'"
+        return self.key_refusal(presented)
+
+    def key_refusal(self, presented: list[str]) -> str | None:
+        """Why these keys are refused (``None``: one is the server's, or none is asked for)."""
+        if self._key is None:
+            return None
+        if not presented:
+            return "no API key"
         # Every candidate is compared: the time taken says nothing about which one was close.
         matches = [hmac.compare_digest(key.encode(), self._key) for key in presented]
         return None if any(matches) else "the API key is not this server's"
@@ -82,6 +96,13 @@ def refusal(status: int, code: str, message: str) -> JSONResponse:
 
 def not_served(path: str) -> str:
     return f"{path[:100]!r} is not served here; this server serves " + ", ".join(SERVED_PATHS)
+
+
+def _basic_password(credentials: str) -> str:
+    try:
+        return base64.b64decode(credentials, validate=True).decode().partition(":")[2]
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
 
 
 def _api_key(variable: str | None) -> bytes | None:

@@ -1,5 +1,5 @@
-"""The WebSocket ingress: ``/v1/realtime`` (OpenAI Realtime), the voice page at ``/``,
-``/healthz`` and ``/readyz``.
+"""The WebSocket ingress: ``/v1/realtime`` (OpenAI Realtime), WebRTC calls, Twilio's phone
+calls (:mod:`deployments.phone_calls`), the voice page at ``/``, ``/healthz`` and ``/readyz``.
 
 It owns the sessions of its replica: access (an optional API key and allowed origins,
 checked before the handshake is accepted, so a refused client gets HTTP 403 and no session
@@ -21,13 +21,13 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from cancel import spawn_detached
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
 from deployments.app_status import RunningReplicas
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
+from deployments.phone_calls import INCOMING_CALL_PATH, PhoneCalls
 from deployments.placement import replica_placement
 from deployments.realtime.failures import StageName
 from deployments.realtime.protocol import (
@@ -42,12 +42,14 @@ from deployments.realtime.recorder import StoredSession
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
-from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
+from deployments.realtime.twilio import MEDIA_STREAM_PATH
+from deployments.realtime.webrtc import IceServers
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
 from deployments.session_store import SessionStore
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
+from deployments.webrtc_calls import WebRTCCalls
 from handlers.synthetic import SyntheticConfig
 
 logger = logging.getLogger(__name__)
@@ -111,12 +113,14 @@ class RealtimeIngress:
             self._access.key,
             config.deployment.label_selector,
         )
-        self._ice_servers = IceServers.from_config(config.webrtc.ice_servers)
         self._metrics = IngressMetrics()
         self._sessions = ReplicaSessions(
             config.max_sessions, config.shutdown_poll_s, config.drain_s, self._metrics.active_sessions
         )
         self._sessions.start_watch()  # Serve runs the constructor in the replica's event loop
+        ice_servers = IceServers.from_config(config.webrtc.ice_servers)
+        self._webrtc_calls = WebRTCCalls(self._access, self._sessions, self._serve, ice_servers)
+        self._phone_calls = PhoneCalls(self._access, self._sessions, self._serve, config.instructions)
         self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
 
@@ -214,33 +218,19 @@ class RealtimeIngress:
 
     @api.post("/v1/realtime/calls")
     async def calls(self, request: Request) -> Response:
-        """A WebRTC call: an SDP offer in (``application/sdp``), the answer out (201), and the
-        session on the call's data channel and audio tracks; the same key, origin and cap."""
-        refused = self._access.refusal(request, [])
-        if refused is not None:
-            return refusal(403, "access_refused", refused)
-        await self._sessions.watched()
-        turned_away = self._sessions.refusal()
-        if turned_away is not None:
-            return refusal(503, turned_away.error.code or "unavailable", turned_away.error.message)
-        offer = (await request.body()).decode(errors="replace")
-        try:
-            transport, answer = await WebRTCTransport.answer_offer(offer, self._ice_servers.for_server)
-        except BadOffer as exc:
-            return refusal(400, "invalid_offer", str(exc))
-        self._sessions.admit()
-        # The call outlives this request: owned by none (a recursive cancel must not end it).
-        spawn_detached(self._serve(transport)).add_done_callback(lambda _: self._sessions.release())
-        return Response(answer, status_code=201, media_type="application/sdp")
+        return await self._webrtc_calls.call(request)
 
     @api.get("/v1/realtime/ice-servers")
     async def ice_servers(self, request: Request) -> JSONResponse:
-        """The STUN/TURN servers the voice page gives its calls (``ingress.webrtc``), as
-        ``RTCPeerConnection``'s ``iceServers``; behind the same key and origin as a call."""
-        refused = self._access.refusal(request, [])
-        if refused is not None:
-            return refusal(403, "access_refused", refused)
-        return JSONResponse(self._ice_servers.for_page)
+        return self._webrtc_calls.ice_servers(request)
+
+    @api.api_route(INCOMING_CALL_PATH, methods=["GET", "POST"])
+    async def twilio_incoming_call(self, request: Request) -> Response:
+        return self._phone_calls.incoming_call(request)
+
+    @api.websocket(MEDIA_STREAM_PATH)
+    async def twilio_media_stream(self, websocket: WebSocket) -> None:
+        await self._phone_calls.media_stream(websocket)
 
     # Last, so that they match only what no route above does.
     @api.websocket("/{path:path}")

@@ -51,9 +51,11 @@ CLEAR_AUDIO = ClearAudio()
 
 
 class AudioOut(Protocol):
-    plays_itself: bool
-    """Whether the server plays the audio in real time (WebRTC's track): it can pause it and
-    needs no pacing. Otherwise the caller plays what it is sent, and the session paces it."""
+    @property
+    def plays_itself(self) -> bool:
+        """Whether the server plays the audio in real time (WebRTC's track): it can pause it
+        and needs no pacing. Otherwise the caller plays what it is sent, paced by the session."""
+        ...
 
     async def play(self, frame: AnswerAudio) -> None:
         """Send (or queue for playing) one frame; called in order by the outbox's send loop."""

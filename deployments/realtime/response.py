@@ -167,15 +167,12 @@ class Responder:
             self.abandon(run, reason or "cancelled")
             return False
         self._stop(run)
-        played_ms = self._playback.played_ms(run.id)
         self._playback.stopped()  # the client stops playing a cancelled answer
         if reason is not None:
             self._metrics.cancelled(reason)
         for item in run.outputs:
             if isinstance(item, AssistantMessage | FunctionCall):
                 item.keep_sent()
-        if played_ms is not None and run.answer.spoken_aloud:  # the transport knows what was heard
-            run.answer.heard_until(played_ms)
         self._end(run, "cancelled", RealtimeResponseStatus(type="cancelled", reason=reason))
         return True
 

@@ -34,7 +34,10 @@ class Transport(Protocol):
         """Close with ``code`` (RFC 6455); nothing happens if it is closed already."""
         ...
 
-    audio: AudioOut
+    @property
+    def audio(self) -> AudioOut:
+        """How the answer's audio leaves for this client."""
+        ...
 
 
 class WebSocketTransport:

@@ -19,6 +19,7 @@ from openai.types.realtime import InputAudioBufferSpeechStartedEvent, InputAudio
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput, TurnEvent
 from deployments.realtime.conversation import Conversation, prompt, turn_prompt
+from deployments.realtime.heard import HeardAnswers
 from deployments.realtime.idle import IdleTimeout
 from deployments.realtime.interruptions import InterruptionGate
 from deployments.realtime.items import Item
@@ -77,6 +78,7 @@ class TurnTaker:
             decided=metrics.interruption,
             spawn=spawn,
         )
+        self.heard = HeardAnswers(conversation, outbox, playback, responder)
         self.turn_end = TurnEnd(stages=stages, audio=audio, end_turn=self._end_turn, spawn=spawn)
         self.speculator = Speculator(
             stages=stages, conversation=conversation, responder=responder, outbox=outbox, settings=settings, spawn=spawn
@@ -150,7 +152,10 @@ class TurnTaker:
             server_event(InputAudioBufferSpeechStartedEvent, audio_start_ms=vad.audio_start_ms, item_id=item_id)
         )
         if self._settings.interrupt_response:
+            heard = self._playback.playing()
             self._responder.cancel("turn_detected")
+            if heard:
+                self.heard.cut()
             self._playback.stopped()  # the client stops playing at speech_started
         if self._prefill and self._settings.create_response:
             self._spawn(self._prefill_conversation(self._conversation.items))

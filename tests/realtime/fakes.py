@@ -24,7 +24,9 @@ from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.recorder import StoredSession
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import WebSocketTransport
-from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
+from deployments.realtime.wire_audio import WireAudio
+from handlers import g711
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
 from handlers.synthetic import EnergyVoiceDetector, question_tone
 from handlers.vad import VADEvent, VADState
 
@@ -279,6 +281,13 @@ class FakeSocket:
         self.closed = (code, reason)
         self.incoming.put_nowait({"type": "websocket.disconnect", "code": code})
 
+    async def until(self, condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+        """Until ``condition()`` holds, looked at again as each message is sent."""
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                self._arrived.clear()
+                await self._arrived.wait()
+
     def client_sends(self, **event: Any) -> None:
         self.incoming.put_nowait({"type": "websocket.receive", "text": json.dumps(event)})
 
@@ -322,6 +331,21 @@ def append_audio(socket: FakeSocket, pcm: bytes, frame_ms: int = 100) -> None:
         socket.client_sends(type="input_audio_buffer.append", audio=chunk)
 
 
+def in_format(pcm16: bytes, wire: WireAudio) -> bytes:
+    """24 kHz PCM16 as a client of ``wire`` sends it."""
+    if wire.law is None:
+        return pcm16
+    telephone = resample(pcm16_to_float(pcm16), REALTIME_RATE, wire.rate)
+    return g711.encode(np.frombuffer(float_to_pcm16(telephone), dtype="<i2"), wire.law)
+
+
+def send_audio(socket: FakeSocket, audio: bytes, wire: WireAudio, frame_ms: int = 20) -> None:
+    frame = wire.bytes_per_second * frame_ms // 1000
+    for offset in range(0, len(audio), frame):
+        chunk = base64.b64encode(audio[offset : offset + frame]).decode()
+        socket.client_sends(type="input_audio_buffer.append", audio=chunk)
+
+
 class Harness:
     """One session on fake stages, running as a task."""
 
@@ -332,17 +356,20 @@ class Harness:
         prompt_budget_tokens: int | None = None,
         metrics: SessionMetrics | None = None,
         stored: StoredSession | None = None,
+        transport: Callable[[FakeSocket], Any] | None = None,
         **config: Any,
     ) -> None:
+        """``transport``: the session's transport over the socket (a WebSocket's if ``None``)."""
         self.stages = stages or FakeStages()
         self.socket = FakeSocket()
+        self._speaks_realtime = transport is None
         self.scope = FakeScope(name)
         # Fake answers are seconds of audio: sent as made (not paced in real time) unless a
         # test says otherwise; pacing has tests of its own (test_pacing.py).
         config.setdefault("interruption", InterruptionRules(audio_lead_ms=None))
         self.config = IngressConfig(**config)
         self.session = RealtimeSession(
-            WebSocketTransport(self.socket),  # type: ignore[arg-type]
+            WebSocketTransport(self.socket) if transport is None else transport(self.socket),  # type: ignore[arg-type]
             self.stages,
             self.config,
             self.scope,
@@ -355,7 +382,8 @@ class Harness:
 
     async def __aenter__(self) -> "Harness":
         self.task = asyncio.ensure_future(self.session.run())
-        await self.socket.wait_type("session.created")
+        if self._speaks_realtime:  # another transport's client may be told nothing
+            await self.socket.wait_type("session.created")
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -5,30 +5,12 @@ serve is refused with the parameter named."""
 import base64
 from typing import Any
 
-import numpy as np
 import pytest
-from fakes import FakeSocket, FakeStages, Harness, speech
+from fakes import FakeStages, Harness, in_format, send_audio, speech
 
-from deployments.realtime.wire_audio import PCM16, PCMA, PCMU, WireAudio
-from handlers import g711
-from handlers.audio import REALTIME_RATE, pcm16_to_float, resample
+from deployments.realtime.wire_audio import PCM16, PCMA, PCMU
 
 FORMATS = {"audio/pcmu": PCMU, "audio/pcma": PCMA}
-
-
-def in_format(pcm16: bytes, wire: WireAudio) -> bytes:
-    """24 kHz PCM16 as a client of ``wire`` sends it."""
-    if wire.law is None:
-        return pcm16
-    telephone = resample(pcm16_to_float(pcm16), REALTIME_RATE, wire.rate)
-    return g711.encode((np.clip(telephone, -1, 32767 / 32768) * 32768).astype("<i2"), wire.law)
-
-
-def send_audio(socket: FakeSocket, audio: bytes, wire: WireAudio, frame_ms: int = 20) -> None:
-    frame = wire.bytes_per_second * frame_ms // 1000
-    for offset in range(0, len(audio), frame):
-        chunk = base64.b64encode(audio[offset : offset + frame]).decode()
-        socket.client_sends(type="input_audio_buffer.append", audio=chunk)
 
 
 def formats_update(wire_type: str, **extra: Any) -> dict[str, Any]:
