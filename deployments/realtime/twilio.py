@@ -9,8 +9,10 @@ transport that speaks Twilio's messages (https://www.twilio.com/docs/voice/media
   keypad digit (:class:`Keypad`); ``stop`` in, or the socket going, ends the session.
 - Out, the answer's audio is ``media`` with a ``mark`` after each (:class:`TwilioAudio`, the
   session's audio port): a barge-in sends ``clear`` at once, and the cut answer is kept as
-  far as the marks say the caller heard it. Nothing else goes to Twilio: its stream takes
-  only ``media``, ``mark`` and ``clear``, so the session's ``error`` events are logged.
+  far as the marks say the caller heard it. After each answer's audio comes the mark
+  ``response.done <id> <status>``, echoed once the answer has played out. Nothing else goes
+  to Twilio: its stream takes only ``media``, ``mark`` and ``clear``, so the session's
+  ``error`` events are logged.
 - Bad input (a frame that is not JSON or not Twilio's, a bad payload, a flood) is logged
   with the call's id and costs nothing else; the session's own limits apply to the audio,
   and a caller that keeps breaking them is hung up (1008), which Twilio's debugger shows.
@@ -30,7 +32,7 @@ from xml.sax.saxutils import quoteattr
 
 from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
-from openai.types.realtime import RealtimeErrorEvent
+from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent
 from starlette.websockets import WebSocketState
 
 from deployments.realtime.audio_out import AnswerAudio
@@ -225,8 +227,8 @@ class TwilioTransport:
     def __init__(self, websocket: WebSocket, start: StreamStart, instructions: str | None) -> None:
         self._ws = websocket
         self.start = start
-        send = SendMessage(websocket)
-        self.audio = TwilioAudio(send, start.stream_sid)
+        self._send = SendMessage(websocket)
+        self.audio = TwilioAudio(self._send, start.stream_sid)
         self._keypad = Keypad()
         session: dict[str, Any] = {
             "type": "realtime",
@@ -284,8 +286,19 @@ class TwilioTransport:
         logger.warning("twilio call %s sent %s: ignored", self.start.call_sid, what)
 
     async def send(self, event: OpenAIModel) -> None:
-        """Twilio takes no Realtime events: an error is logged against the call instead."""
-        if isinstance(event, RealtimeErrorEvent):
+        """Twilio takes no Realtime events: a ``response.done`` becomes a mark after the
+        answer's audio (``response.done <id> <status>``: echoed once it has played), and an
+        error is logged against the call."""
+        if isinstance(event, ResponseDoneEvent):
+            response = event.response
+            await self._send(
+                {
+                    "event": "mark",
+                    "streamSid": self.start.stream_sid,
+                    "mark": {"name": f"response.done {response.id} {response.status}"},
+                }
+            )
+        elif isinstance(event, RealtimeErrorEvent):
             error = event.error
             logger.warning("twilio call %s: %s (%s)", self.start.call_sid, error.message, error.code)
 

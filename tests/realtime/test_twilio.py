@@ -66,7 +66,12 @@ async def test_calls_hear_the_caller_in_mulaw_and_answer_in_media_each_with_a_ma
             assert call.media_ms() == answer_ms, "the answer whole, at 8 kHz"
             sent = call.socket.sent
             assert {m["streamSid"] for m in sent} == {call.sid}, "every message names its own stream"
-            assert [m["event"] for m in sent] == ["media", "mark"] * (len(sent) // 2)
+            await call.socket.until(
+                lambda call=call: call.heard("mark")[-1]["mark"]["name"].startswith("response.done")
+            )
+            *audio, done = sent
+            assert [m["event"] for m in audio] == ["media", "mark"] * (len(audio) // 2)
+            assert done["mark"]["name"].endswith(" completed"), "the answer's end, as a mark after its audio"
             assert not call.heard("clear")
         assert (await web.socket.wait_type("response.done"))["response"]["status"] == "completed"
 

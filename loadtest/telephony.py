@@ -1,0 +1,134 @@
+"""The load test's telephony mode: phone calls over the Twilio route, μ-law at 8 kHz, against
+the serving-layer server (``make serve-loadtest``: synthetic engines, tone questions).
+
+Each call is Twilio's side of a stream (:class:`TwilioCaller`), played in real time as a
+phone plays it. A call asks a question, and hears the answer to its end (the server's
+``response.done`` mark echoed), or, for a share ``--interrupt-rate`` of them, asks the next
+question over it: the server must ``clear`` the call. The report gives voice-to-voice (end of
+the question's audio to the answer's first ``media``), how long after the barge-in's onset the
+``clear`` came, and every call that failed, as one JSON object; run ``loadtest.cpu_table``
+beside it for the server's CPU per session-second, to set beside the Realtime route's.
+
+    python -m loadtest.telephony --url ws://127.0.0.1:8000/v1 --sessions 50 --duration-s 120
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from handlers import g711
+from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
+from handlers.synthetic import MAX_QUESTION, question_tone
+from loadtest.twilio_caller import TwilioCaller
+
+TELEPHONE_RATE = 8000
+QUESTION_S = 1.0
+SILENCE_S = 0.8
+"""After each question: the server's VAD ends the turn in this silence."""
+ANSWER_TIMEOUT_S = 60.0
+
+
+def mulaw_question(number: int) -> tuple[bytes, float]:
+    """A tone question as a phone sends it, and where its sound ends (s)."""
+    tone = question_tone(number, QUESTION_S)
+    audio = np.concatenate([tone, np.zeros(int(SILENCE_S * SPEECH_RATE), np.float32)])
+    pcm = float_to_pcm16(resample(audio, SPEECH_RATE, TELEPHONE_RATE))
+    return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw"), QUESTION_S
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    return round(float(np.percentile(values, share)), 1) if values else None
+
+
+class Calls:
+    """What every call measured, for the report."""
+
+    def __init__(self) -> None:
+        self.voice_to_voice_ms: list[float] = []
+        self.clear_after_onset_ms: list[float] = []
+        self.answers = 0
+        self.barge_ins_not_cleared = 0
+        self.failures: list[str] = []
+
+
+async def call(url: str, name: str, deadline: float, interrupt_rate: float, rng: random.Random, calls: Calls) -> None:
+    try:
+        async with TwilioCaller.dial(url, name=name) as caller:
+            asked = 0
+            while time.monotonic() < deadline:
+                asked += 1
+                audio, sound_s = mulaw_question(rng.randint(1, MAX_QUESTION))
+                said_at = time.monotonic()
+                await caller.say(audio)
+                answers = len(caller.answered())
+                await caller.until(lambda: caller.answers[-1].first_audio_at is not None, ANSWER_TIMEOUT_S)
+                first_audio_at = caller.answers[-1].first_audio_at
+                assert first_audio_at is not None
+                calls.voice_to_voice_ms.append((first_audio_at - said_at - sound_s) * 1000)
+                if rng.random() < interrupt_rate:
+                    clears = len(caller.clears)
+                    audio, _ = mulaw_question(rng.randint(1, MAX_QUESTION))
+                    onset = time.monotonic()
+                    await caller.say(audio)
+                    if len(caller.clears) > clears:
+                        calls.clear_after_onset_ms.append((caller.clears[clears] - onset) * 1000)
+                    else:
+                        calls.barge_ins_not_cleared += 1
+                await caller.until(lambda heard=answers: len(caller.answered()) > heard, ANSWER_TIMEOUT_S)
+                calls.answers += len(caller.answered()) - answers
+    except Exception as exc:  # one call's failure is reported, the others go on
+        calls.failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+async def run(
+    url: str, sessions: int, duration_s: float, ramp_s: float, interrupt_rate: float, seed: int
+) -> dict[str, Any]:
+    stream_url = f"{url.rstrip('/')}/twilio/media-stream"
+    calls = Calls()
+    deadline = time.monotonic() + ramp_s + duration_s
+    rng = random.Random(seed)
+
+    async def started(index: int) -> None:
+        await asyncio.sleep(ramp_s * index / max(sessions, 1))  # the ramp, not synchronisation
+        await call(stream_url, str(index), deadline, interrupt_rate, random.Random(rng.random()), calls)
+
+    await asyncio.gather(*(started(index) for index in range(sessions)))
+    return {
+        "route": "twilio",
+        "sessions": sessions,
+        "duration_s": duration_s,
+        "answers": calls.answers,
+        "voice_to_voice_ms": {
+            "p50": percentile(calls.voice_to_voice_ms, 50),
+            "p95": percentile(calls.voice_to_voice_ms, 95),
+        },
+        "clear_after_barge_in_onset_ms": {
+            "count": len(calls.clear_after_onset_ms),
+            "p50": percentile(calls.clear_after_onset_ms, 50),
+            "p99": percentile(calls.clear_after_onset_ms, 99),
+        },
+        "barge_ins_not_cleared": calls.barge_ins_not_cleared,
+        "failed_calls": calls.failures,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="ws://127.0.0.1:8000/v1")
+    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--duration-s", type=float, default=60.0)
+    parser.add_argument("--ramp-s", type=float, default=10.0)
+    parser.add_argument("--interrupt-rate", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    report = asyncio.run(run(args.url, args.sessions, args.duration_s, args.ramp_s, args.interrupt_rate, args.seed))
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

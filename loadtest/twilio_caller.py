@@ -1,0 +1,160 @@
+"""Twilio's side of a phone call's media stream, written from Twilio's docs
+(https://www.twilio.com/docs/voice/media-streams/websocket-messages): what the tests and the
+load test's telephony mode call the server with.
+
+It opens as Twilio does (``connected``, then ``start`` with the call's ``customParameters``),
+sends the caller's voice as μ-law ``media`` of 20 ms, and plays what it gets as Twilio does:
+``media`` is queued and played in order in real time (``play_speed`` faster, for tests that
+need not wait), each ``mark`` is echoed once the audio before it has played, and ``clear``
+empties the queue and echoes every mark still waiting.
+"""
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+
+FRAME_BYTES = 160
+"""20 ms of μ-law at 8 kHz: what Twilio sends in each ``media``."""
+DONE_MARK = "response.done"
+"""The server's mark after an answer's audio (``deployments.realtime.twilio``)."""
+
+
+@dataclass
+class Answer:
+    """An answer's audio as the caller played (or was sent) it, up to its done mark."""
+
+    audio: bytearray = field(default_factory=bytearray)
+    first_audio_at: float | None = None
+    done: str | None = None
+    """The done mark's name (``response.done <id> <status>``), once it has played."""
+
+
+class TwilioCaller:
+    def __init__(self, websocket: ClientConnection, stream_sid: str, play_speed: float) -> None:
+        self._ws, self.sid, self._play_speed = websocket, stream_sid, play_speed
+        self._sequence = 0
+        self._chunk = 0
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        """What Twilio holds to play: ("media", bytes) and ("mark", name), in order."""
+        self.answers: list[Answer] = [Answer()]
+        self.clears: list[float] = []
+        """When each ``clear`` arrived (``time.monotonic``)."""
+        self.closed: tuple[int, str] | None = None
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def dial(
+        cls, url: str, parameters: dict[str, str] | None = None, play_speed: float = 1.0, name: str = "1"
+    ) -> AsyncIterator["TwilioCaller"]:
+        """A call's stream to ``url`` (``ws(s)://…/v1/twilio/media-stream``), opened as Twilio
+        opens one; hung up (``stop``) when the block ends."""
+        async with connect(url, max_size=None) as websocket:
+            caller = cls(websocket, f"MZ{name}", play_speed)
+            await caller._send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+            start = {
+                "accountSid": "AC0",
+                "streamSid": caller.sid,
+                "callSid": f"CA{name}",
+                "tracks": ["inbound"],
+                "customParameters": parameters or {},
+                "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            }
+            await caller._send({"event": "start", "start": start})
+            caller._tasks = [asyncio.ensure_future(caller._read()), asyncio.ensure_future(caller._play())]
+            try:
+                yield caller
+            finally:
+                with contextlib.suppress(Exception):
+                    await caller._send({"event": "stop", "stop": {"accountSid": "AC0", "callSid": f"CA{name}"}})
+                for task in caller._tasks:
+                    task.cancel()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self._sequence += 1
+        message = {"sequenceNumber": str(self._sequence), **message}
+        if message["event"] != "connected":
+            message["streamSid"] = self.sid
+        await self._ws.send(json.dumps(message))
+
+    async def say(self, mulaw: bytes, realtime: bool = True) -> None:
+        """The caller's voice, 20 ms a ``media`` (sent in real time unless told not to)."""
+        started = time.monotonic()
+        for offset in range(0, len(mulaw), FRAME_BYTES):
+            self._chunk += 1
+            payload = base64.b64encode(mulaw[offset : offset + FRAME_BYTES]).decode()
+            timestamp = str(20 * self._chunk)
+            media = {"track": "inbound", "chunk": str(self._chunk), "timestamp": timestamp, "payload": payload}
+            await self._send({"event": "media", "media": media})
+            if realtime:
+                await asyncio.sleep(max(started + (offset + FRAME_BYTES) / 8000 - time.monotonic(), 0))
+
+    async def press(self, digit: str) -> None:
+        await self._send({"event": "dtmf", "dtmf": {"track": "inbound_track", "digit": digit}})
+
+    async def _read(self) -> None:
+        try:
+            async for text in self._ws:
+                message = json.loads(text)
+                if message.get("streamSid") != self.sid:
+                    raise AssertionError(f"a message for another stream: {message}")
+                if message["event"] == "media":
+                    answer = self.answers[-1]
+                    if answer.first_audio_at is None:
+                        answer.first_audio_at = time.monotonic()
+                    self._queue.put_nowait(("media", base64.b64decode(message["media"]["payload"])))
+                elif message["event"] == "mark":
+                    self._queue.put_nowait(("mark", message["mark"]["name"]))
+                elif message["event"] == "clear":
+                    self.clears.append(time.monotonic())
+                    self._clear()
+                self._changed.set()
+        finally:
+            close = self._ws.close_rcvd
+            self.closed = (close.code, close.reason) if close is not None else (1006, "")
+            self._changed.set()
+
+    def _clear(self) -> None:
+        """Twilio empties its buffer and echoes the marks still waiting."""
+        while not self._queue.empty():
+            kind, value = self._queue.get_nowait()
+            if kind == "mark":
+                self._echo(value)
+
+    def _echo(self, name: str) -> None:
+        task = asyncio.ensure_future(self._send({"event": "mark", "mark": {"name": name}}))
+        self._tasks.append(task)
+        if name.startswith(DONE_MARK):
+            self.answers[-1].done = name
+            self.answers.append(Answer())
+        self._changed.set()
+
+    async def _play(self) -> None:
+        while True:
+            kind, value = await self._queue.get()
+            if kind == "mark":
+                self._echo(value)
+                continue
+            self.answers[-1].audio += value
+            await asyncio.sleep(len(value) / 8000 / self._play_speed)
+
+    async def until(self, done: Callable[[], bool], timeout_s: float = 90.0) -> None:
+        """Until ``done()`` holds, looked at again at each message and echo."""
+        async with asyncio.timeout(timeout_s):
+            while not done():
+                if self.closed is not None:
+                    raise ConnectionError(f"the stream closed: {self.closed}")
+                self._changed.clear()
+                await self._changed.wait()
+
+    def answered(self) -> list[Answer]:
+        """The answers played to their end so far."""
+        return [answer for answer in self.answers if answer.done is not None]
