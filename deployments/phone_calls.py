@@ -43,7 +43,8 @@ class PhoneCalls:
         refused = self._access.refusal(request, [])
         if refused is not None:
             return refusal(403, "access_refused", refused)
-        stream_url = str(request.url.replace(scheme="wss", path=MEDIA_STREAM_PATH, query="", username=None))
+        path = request.url.path.removesuffix(INCOMING_CALL_PATH) + MEDIA_STREAM_PATH  # under any route prefix
+        stream_url = str(request.url.replace(scheme="wss", path=path, query="", username=None, password=None))
         key = self._access.key
         parameters = {"api_key": key.decode()} if key is not None else {}
         return Response(twiml_connect(stream_url, parameters), media_type="text/xml")

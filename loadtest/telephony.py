@@ -79,7 +79,7 @@ async def call(url: str, name: str, deadline: float, interrupt_rate: float, rng:
                         calls.clear_after_onset_ms.append((caller.clears[clears] - onset) * 1000)
                     else:
                         calls.barge_ins_not_cleared += 1
-                await caller.until(lambda heard=answers: len(caller.answered()) > heard, ANSWER_TIMEOUT_S)
+                await caller.until_answered(answers + 1, ANSWER_TIMEOUT_S)
                 calls.answers += len(caller.answered()) - answers
     except Exception as exc:  # one call's failure is reported, the others go on
         calls.failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")

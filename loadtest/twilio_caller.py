@@ -118,8 +118,7 @@ class TwilioCaller:
                     self._clear()
                 self._changed.set()
         finally:
-            close = self._ws.close_rcvd
-            self.closed = (close.code, close.reason) if close is not None else (1006, "")
+            self.closed = (self._ws.close_code or 1006, self._ws.close_reason or "")
             self._changed.set()
 
     def _clear(self) -> None:
@@ -154,6 +153,10 @@ class TwilioCaller:
                     raise ConnectionError(f"the stream closed: {self.closed}")
                 self._changed.clear()
                 await self._changed.wait()
+
+    async def until_answered(self, count: int, timeout_s: float = 90.0) -> None:
+        """Until ``count`` answers have played to their end."""
+        await self.until(lambda: len(self.answered()) >= count, timeout_s)
 
     def answered(self) -> list[Answer]:
         """The answers played to their end so far."""

@@ -1,0 +1,72 @@
+"""Voice-to-voice of a phone turn over the Twilio route beside the same turn over
+``/v1/realtime``, on the same server in the same run (the real CPU models by default).
+
+The same Piper-spoken questions are played at real-time pace into a Realtime session (24 kHz
+PCM16, ``bench_e2e``'s turns) and into a Twilio media stream (8 kHz μ-law, 20 ms a ``media``,
+:class:`TwilioCaller`). Voice to voice is the end of the question's speech (its last frame
+sent) to the answer's first audio (``response.output_audio.delta``; Twilio's first ``media``).
+Readable lines, then one JSON object with both routes' p50 and p95 and the phone's extra p50.
+
+    python -m loadtest.bench_phone --turns 10
+"""
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from handlers import g711
+from handlers.audio import REALTIME_RATE, float_to_pcm16, pcm16_to_float, resample
+from loadtest.bench_e2e import CONFIG, QUESTIONS, Speaker, bench_turns, percentile, start_local_app
+from loadtest.twilio_caller import TwilioCaller
+
+TELEPHONE_RATE = 8000
+LEAD_IN_S = 0.2
+TRAILING_SILENCE_S = 1.5
+
+
+def mulaw(pcm16: bytes) -> bytes:
+    telephone = resample(pcm16_to_float(pcm16), REALTIME_RATE, TELEPHONE_RATE)
+    return g711.encode(np.frombuffer(float_to_pcm16(telephone), dtype="<i2"), "ulaw")
+
+
+async def bench_phone_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
+    voice_to_voice = []
+    silence = bytes([0xFF]) * TELEPHONE_RATE  # μ-law's zero, 1 s
+    async with TwilioCaller.dial(f"{url}/twilio/media-stream", play_speed=50.0, name="bench") as call:
+        for turn in range(turns):
+            await call.say(silence[: int(LEAD_IN_S * TELEPHONE_RATE)])
+            await call.say(mulaw(speaker.speech(QUESTIONS[turn % len(QUESTIONS)])))
+            speech_end = time.monotonic()
+            await call.say(silence[: int(TRAILING_SILENCE_S * TELEPHONE_RATE)])
+            await call.until_answered(turn + 1)
+            first_audio_at = call.answered()[turn].first_audio_at
+            assert first_audio_at is not None
+            voice_to_voice.append((first_audio_at - speech_end) * 1000)
+            print(f"phone turn {turn + 1:2d}: voice-to-voice {voice_to_voice[-1]:7.1f} ms", flush=True)
+    return {
+        "phone_turns": turns,
+        "phone_voice_to_voice_ms_p50": percentile(voice_to_voice, 50),
+        "phone_voice_to_voice_ms_p95": percentile(voice_to_voice, 95),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="ws://host:port/v1 of a running server (default: start one)")
+    parser.add_argument("--turns", type=int, default=10)
+    args = parser.parse_args()
+    url = args.url or start_local_app(CONFIG)
+    speaker = Speaker()
+    realtime = await bench_turns(url, speaker, args.turns)
+    phone = await bench_phone_turns(url, speaker, args.turns)
+    result = {key: realtime[key] for key in ("turns", "voice_to_voice_ms_p50", "voice_to_voice_ms_p95")} | phone
+    result["phone_extra_ms_p50"] = round(phone["phone_voice_to_voice_ms_p50"] - realtime["voice_to_voice_ms_p50"], 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,88 @@
+"""The Twilio routes on a real local Ray cluster with an API key, synthetic engines (tones):
+the webhook's TwiML, a stream with the key answered beside one without it refused, and a
+stream that does not open as Twilio's do refused; the server and the good call go on."""
+
+import asyncio
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
+from ray import serve
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from deployments.app import build_app
+from handlers import g711
+from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
+from handlers.synthetic import question_tone
+from loadtest.twilio_caller import TwilioCaller
+
+APP = "voice-phone"
+TINY = {"num_cpus": 0.01}
+
+
+@pytest.fixture(scope="module")
+def phone(serve_port: int) -> Iterator[str]:
+    stage = {"deployment": {**TINY, "max_ongoing_requests": 32}}
+    config = {
+        "synthetic": {"answer_words": 8, "tokens_per_s": 40, "speech_s_per_word": 0.1},
+        "ingress": {**stage, "scope": {"num_hosts": 1}, "max_sessions": 4, "api_key_env": "S2S_E2E_API_KEY"},
+        **dict.fromkeys(("vad", "stt", "llm", "tts"), stage),
+    }
+    serve.run(build_app(config), name=APP, route_prefix="/phone")
+    yield f"127.0.0.1:{serve_port}/phone/v1/twilio"
+    serve.delete(APP)
+
+
+def tone_mulaw(number: int) -> bytes:
+    tone = np.concatenate([question_tone(number, 1.0), np.zeros(SPEECH_RATE, np.float32)])
+    pcm = float_to_pcm16(resample(tone, SPEECH_RATE, 8000))
+    return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw")
+
+
+def webhook(url: str, password: str | None) -> tuple[int, str]:
+    request = urllib.request.Request(url, method="POST", data=b"CallSid=CA1&From=%2B15550100")
+    if password is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"twilio:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+async def test_the_webhook_answers_with_twiml_connecting_the_call_with_its_key(phone: str) -> None:
+    key = os.environ["S2S_E2E_API_KEY"]
+    status, _ = await asyncio.to_thread(webhook, f"http://{phone}/incoming-call", None)
+    assert status == 403
+    status, body = await asyncio.to_thread(webhook, f"http://{phone}/incoming-call", key)
+    assert status == 200, body
+    stream = ElementTree.fromstring(body).find("Connect/Stream")
+    assert stream is not None and stream.get("url") == f"wss://{phone}/media-stream"
+    assert {p.get("name"): p.get("value") for p in stream.findall("Parameter")} == {"api_key": key}
+
+
+async def test_a_call_with_the_key_is_answered_and_streams_without_it_are_refused(phone: str) -> None:
+    url = f"ws://{phone}/media-stream"
+    key = os.environ["S2S_E2E_API_KEY"]
+    async with TwilioCaller.dial(url, {"api_key": key}, play_speed=20.0, name="good") as good:
+        await good.say(tone_mulaw(7))
+        for refused_parameters in ({}, {"api_key": "wrong"}):
+            async with TwilioCaller.dial(url, refused_parameters, name="refused") as refused:
+                with pytest.raises(ConnectionError):
+                    await refused.until(lambda: False, timeout_s=10)
+                assert refused.closed == (1008, "access_refused")
+        async with connect(url) as early:  # media before start: no Twilio stream
+            await early.send(json.dumps({"event": "media", "streamSid": "MZx", "media": {"payload": "AAAA"}}))
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(early.recv(), 10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        await good.until_answered(1, timeout_s=60)
+        assert good.answered()[0].done is not None and good.answered()[0].done.endswith(" completed")
+        assert len(good.answered()[0].audio) > 8000 * 0.5, "the answer's audio, at 8 kHz"
