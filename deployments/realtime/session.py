@@ -68,7 +68,7 @@ from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
 from deployments.realtime.timeline import Timeline
-from deployments.realtime.transport import ClientLeft, Transport
+from deployments.realtime.transport import CallerAudio, ClientLeft, Transport
 from deployments.realtime.turns import TurnTaker
 from handlers.audio import SPEECH_RATE, b64_audio_decode
 
@@ -262,14 +262,18 @@ class RealtimeSession:
         while True:  # until the transport says ClientLeft
             await self._on_message(await self._transport.receive())
 
-    async def _on_message(self, text: str | bytes) -> None:
+    async def _on_message(self, message: str | bytes | CallerAudio) -> None:
         """Serve one client event; whatever goes wrong, the client hears of it and the
         session goes on (``TooManyViolations`` aside, which ends it)."""
         event_id = None
         try:
-            size = len(text) if isinstance(text, bytes) or text.isascii() else len(text.encode())
+            if isinstance(message, CallerAudio):
+                await self._guard.admit_event(message.size)
+                await self._append_audio(message.audio)
+                return
+            size = len(message) if isinstance(message, bytes) or message.isascii() else len(message.encode())
             await self._guard.admit_event(size)
-            event = parse_client_event(text)
+            event = parse_client_event(message)
             event_id = event.event_id
             handler = self._handlers.get(type(event))
             if handler is None:
@@ -292,9 +296,12 @@ class RealtimeSession:
         self._outbox.put(server_event(SessionUpdatedEvent, session=self._settings.describe()))
 
     async def _on_input_audio_buffer_append(self, event: InputAudioBufferAppendEvent) -> None:
+        await self._append_audio(event.audio)
+
+    async def _append_audio(self, audio: str) -> None:
         wire = self._settings.input_audio
         try:
-            data = b64_audio_decode(event.audio)
+            data = b64_audio_decode(audio)
             samples = wire.samples(data)
         except ValueError as exc:
             raise ProtocolError("invalid_value", str(exc), "audio") from None

@@ -7,6 +7,7 @@ WebSocket (a WebRTC call and a Twilio media stream are others). A client that ha
 """
 
 import contextlib
+from dataclasses import dataclass
 from typing import Protocol
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -21,8 +22,20 @@ class ClientLeft(Exception):
     """The client went away: the session ends normally."""
 
 
+@dataclass(frozen=True, slots=True)
+class CallerAudio:
+    """The caller's audio as a transport of another protocol took it (a Twilio ``media``):
+    served as ``input_audio_buffer.append``, with no event written to be parsed again (that
+    cost more than all the rest of a 20 ms frame)."""
+
+    audio: str
+    """Base64, in the session's input format."""
+    size: int
+    """The message's size, for the event size limit."""
+
+
 class Transport(Protocol):
-    async def receive(self) -> str | bytes:
+    async def receive(self) -> str | bytes | CallerAudio:
         """The next client message (``ClientLeft`` once the client has gone)."""
         ...
 

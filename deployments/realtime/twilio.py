@@ -36,7 +36,7 @@ from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent
 from starlette.websockets import WebSocketState
 
 from deployments.realtime.audio_out import AnswerAudio
-from deployments.realtime.transport import ClientLeft
+from deployments.realtime.transport import CallerAudio, ClientLeft
 from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 
 logger = logging.getLogger(__name__)
@@ -236,10 +236,10 @@ class TwilioTransport:
         }
         if instructions is not None:
             session["instructions"] = instructions
-        self._pending: deque[str] = deque([json.dumps({"type": "session.update", "session": session})])
+        self._pending: deque[str | CallerAudio] = deque([json.dumps({"type": "session.update", "session": session})])
         """Client events made from Twilio's messages, and the call's opening settings."""
 
-    async def receive(self) -> str | bytes:
+    async def receive(self) -> str | bytes | CallerAudio:
         while not self._pending:
             wait_s = self._keypad.wait_s()
             try:
@@ -268,7 +268,7 @@ class TwilioTransport:
             if not isinstance(payload, str):
                 self._bad("a media message without media.payload")
                 return
-            self._pending.append(json.dumps({"type": "input_audio_buffer.append", "audio": payload}))
+            self._pending.append(CallerAudio(payload, len(text)))
         elif event == "mark":
             self.audio.echoed(str((message.get("mark") or {}).get("name")))
         elif event == "dtmf":
