@@ -15,6 +15,7 @@ beside it for the server's CPU per session-second, to set beside the Realtime ro
 import argparse
 import asyncio
 import json
+import os
 import random
 import time
 from typing import Any
@@ -33,12 +34,14 @@ SILENCE_S = 0.8
 ANSWER_TIMEOUT_S = 60.0
 
 
-def mulaw_question(number: int) -> tuple[bytes, float]:
-    """A tone question as a phone sends it, and where its sound ends (s)."""
-    tone = question_tone(number, QUESTION_S)
-    audio = np.concatenate([tone, np.zeros(int(SILENCE_S * SPEECH_RATE), np.float32)])
-    pcm = float_to_pcm16(resample(audio, SPEECH_RATE, TELEPHONE_RATE))
-    return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw"), QUESTION_S
+SILENCE = b"\xff" * int(SILENCE_S * TELEPHONE_RATE)
+"""μ-law's zero."""
+
+
+def mulaw_question(number: int) -> bytes:
+    """A tone question as a phone sends it."""
+    pcm = float_to_pcm16(resample(question_tone(number, QUESTION_S), SPEECH_RATE, TELEPHONE_RATE))
+    return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw")
 
 
 def percentile(values: list[float], share: float) -> float | None:
@@ -56,38 +59,52 @@ class Calls:
         self.failures: list[str] = []
 
 
-async def call(url: str, name: str, deadline: float, interrupt_rate: float, rng: random.Random, calls: Calls) -> None:
+async def call(
+    url: str,
+    parameters: dict[str, str],
+    name: str,
+    deadline: float,
+    interrupt_rate: float,
+    rng: random.Random,
+    calls: Calls,
+) -> None:
     try:
-        async with TwilioCaller.dial(url, name=name) as caller:
-            asked = 0
+        async with TwilioCaller.dial(url, parameters, name=name) as caller:
             while time.monotonic() < deadline:
-                asked += 1
-                audio, sound_s = mulaw_question(rng.randint(1, MAX_QUESTION))
-                said_at = time.monotonic()
-                await caller.say(audio)
+                await caller.say(mulaw_question(rng.randint(1, MAX_QUESTION)))
+                said_at = time.monotonic()  # the question's sound has all been sent, in real time
                 answers = len(caller.answered())
+                await caller.say(SILENCE)
                 await caller.until(lambda: caller.answers[-1].first_audio_at is not None, ANSWER_TIMEOUT_S)
                 first_audio_at = caller.answers[-1].first_audio_at
                 assert first_audio_at is not None
-                calls.voice_to_voice_ms.append((first_audio_at - said_at - sound_s) * 1000)
-                if rng.random() < interrupt_rate:
+                calls.voice_to_voice_ms.append((first_audio_at - said_at) * 1000)
+                expected = answers + 1
+                if rng.random() < interrupt_rate:  # the next question over this answer
                     clears = len(caller.clears)
-                    audio, _ = mulaw_question(rng.randint(1, MAX_QUESTION))
                     onset = time.monotonic()
-                    await caller.say(audio)
+                    await caller.say(mulaw_question(rng.randint(1, MAX_QUESTION)) + SILENCE)
                     if len(caller.clears) > clears:
                         calls.clear_after_onset_ms.append((caller.clears[clears] - onset) * 1000)
+                        expected += 1  # the cut answer ends, then the answer to the barge-in
                     else:
                         calls.barge_ins_not_cleared += 1
-                await caller.until_answered(answers + 1, ANSWER_TIMEOUT_S)
+                await caller.until_answered(expected, ANSWER_TIMEOUT_S)
                 calls.answers += len(caller.answered()) - answers
     except Exception as exc:  # one call's failure is reported, the others go on
         calls.failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 async def run(
-    url: str, sessions: int, duration_s: float, ramp_s: float, interrupt_rate: float, seed: int
+    url: str,
+    sessions: int,
+    duration_s: float,
+    ramp_s: float,
+    interrupt_rate: float,
+    seed: int,
+    api_key: str | None = None,
 ) -> dict[str, Any]:
+    """``api_key``: the server's, sent as the stream's ``api_key`` parameter (as the webhook's TwiML does)."""
     stream_url = f"{url.rstrip('/')}/twilio/media-stream"
     calls = Calls()
     deadline = time.monotonic() + ramp_s + duration_s
@@ -95,7 +112,8 @@ async def run(
 
     async def started(index: int) -> None:
         await asyncio.sleep(ramp_s * index / max(sessions, 1))  # the ramp, not synchronisation
-        await call(stream_url, str(index), deadline, interrupt_rate, random.Random(rng.random()), calls)
+        parameters = {"api_key": api_key} if api_key is not None else {}
+        await call(stream_url, parameters, str(index), deadline, interrupt_rate, random.Random(rng.random()), calls)
 
     await asyncio.gather(*(started(index) for index in range(sessions)))
     return {
@@ -125,8 +143,11 @@ def main() -> None:
     parser.add_argument("--ramp-s", type=float, default=10.0)
     parser.add_argument("--interrupt-rate", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--api-key-env", help="the variable holding the server's API key, if it has one")
     args = parser.parse_args()
-    report = asyncio.run(run(args.url, args.sessions, args.duration_s, args.ramp_s, args.interrupt_rate, args.seed))
+    api_key = os.environ[args.api_key_env] if args.api_key_env else None
+    arguments = (args.url, args.sessions, args.duration_s, args.ramp_s, args.interrupt_rate, args.seed, api_key)
+    report = asyncio.run(run(*arguments))
     print(json.dumps(report))
 
 

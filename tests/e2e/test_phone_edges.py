@@ -21,6 +21,7 @@ from deployments.app import build_app
 from handlers import g711
 from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import question_tone
+from loadtest import telephony
 from loadtest.twilio_caller import TwilioCaller
 
 APP = "voice-phone"
@@ -86,3 +87,18 @@ async def test_a_call_with_the_key_is_answered_and_streams_without_it_are_refuse
         await good.until_answered(1, timeout_s=60)
         assert good.answered()[0].done is not None and good.answered()[0].done.endswith(" completed")
         assert len(good.answered()[0].audio) > 8000 * 0.5, "the answer's audio, at 8 kHz"
+
+
+async def test_the_load_tests_telephony_mode_holds_interrupting_calls(phone: str) -> None:
+    """A smoke size of ``python -m loadtest.telephony``: every call answered, every barge-in cleared."""
+    report = await telephony.run(
+        f"ws://{phone.removesuffix('/twilio')}",
+        2,
+        duration_s=6,
+        ramp_s=0,
+        interrupt_rate=0.5,
+        seed=1,
+        api_key=os.environ["S2S_E2E_API_KEY"],
+    )
+    assert report["failed_calls"] == [] and report["answers"] >= 2, report
+    assert report["barge_ins_not_cleared"] == 0, report
