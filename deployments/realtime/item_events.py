@@ -21,7 +21,8 @@ from openai.types.realtime import (
 from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
 
 from deployments.realtime.conversation import Conversation
-from deployments.realtime.items import Item, client_audio, from_client, is_user_audio
+from deployments.realtime.input_events import client_audio, is_user_audio
+from deployments.realtime.items import Item, from_client
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id, server_event

@@ -13,7 +13,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 from openai.types.realtime import ConversationItem
 from openai.types.realtime.realtime_conversation_item_assistant_message import (
     Content as AssistantContent,
@@ -37,8 +36,6 @@ from openai.types.realtime.realtime_conversation_item_user_message import (
 )
 
 from deployments.realtime.protocol import ProtocolError, new_id
-from deployments.realtime.wire_audio import WireAudio
-from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
 from handlers.llm import ChatMessage
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -244,33 +241,9 @@ Item = InputText | UserAudio | AssistantMessage | FunctionCall | FunctionCallOut
 """Every kind of conversation item: dispatch on it with ``isinstance`` or ``match``."""
 
 
-def is_user_audio(item: ConversationItem) -> bool:
-    """Whether a client's item is a user's recorded audio (added as speech is: transcribed)."""
-    return item.type == "message" and item.role == "user" and [part.type for part in item.content] == ["input_audio"]
-
-
-def client_audio(item: ConversationItem, wire: WireAudio, max_seconds: float, param: str) -> np.ndarray:
-    """The audio of a client's user audio item (:func:`is_user_audio`, in the session's input
-    format ``wire``), at the STT's rate."""
-    audio = item.content[0].audio if item.type == "message" else None  # type: ignore[union-attr]
-    try:
-        data = b64_audio_decode(audio or "")
-        samples = wire.samples(data)
-    except ValueError as exc:
-        raise ProtocolError("invalid_value", str(exc), f"{param}.content.audio") from None
-    seconds = len(data) / wire.bytes_per_second
-    if not MIN_AUDIO_MS / 1000 <= seconds <= max_seconds:
-        raise ProtocolError(
-            "invalid_value",
-            f"input_audio must be {MIN_AUDIO_MS} ms to {max_seconds:g} s long",
-            f"{param}.content.audio",
-        )
-    return resample(samples, wire.rate, SPEECH_RATE)
-
-
 def from_client(item: ConversationItem, max_chars: int, param: str) -> Item:
     """A client's text message, function call or function result as an item (user audio:
-    :func:`client_audio`, which needs a transcription)."""
+    ``input_events.client_audio``, which needs a transcription)."""
     item_id = item.id or new_id("item")
     if item.type == "message":
         text = _message_text(item, max_chars, param)

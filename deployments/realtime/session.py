@@ -29,7 +29,6 @@ from openai.types.realtime import (
     ConversationItemRetrieveEvent,
     ConversationItemTruncateEvent,
     InputAudioBufferAppendEvent,
-    InputAudioBufferClearedEvent,
     InputAudioBufferClearEvent,
     InputAudioBufferCommitEvent,
     RealtimeErrorEvent,
@@ -45,9 +44,9 @@ from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.audio_out import CLEAR_AUDIO
-from deployments.realtime.conversation import Conversation, prompt
+from deployments.realtime.conversation import Conversation
+from deployments.realtime.input_events import InputAudioEvents
 from deployments.realtime.item_events import ItemEvents
-from deployments.realtime.items import MIN_AUDIO_MS, from_client
 from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
@@ -63,14 +62,13 @@ from deployments.realtime.protocol import (
 )
 from deployments.realtime.recorder import SessionRecorder, StoredSession
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
+from deployments.realtime.response_requests import ResponseRequests
 from deployments.realtime.session_record import item_from_record
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
-from deployments.realtime.timeline import Timeline
 from deployments.realtime.transport import CallerAudio, ClientLeft, Transport
 from deployments.realtime.turns import TurnTaker
-from handlers.audio import SPEECH_RATE, b64_audio_decode
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +132,6 @@ class RealtimeSession:
             transport.audio, lambda: self._outbox.put(CLEAR_AUDIO), lambda: self._settings.interruption.audio_lead_ms
         )
         self._guard = InputGuard(config.limits)
-        self._max_item_chars = config.max_item_chars
         self._audio = AudioInput(
             detect=stages.detect,
             turn_detection=self._settings.turn_detection,
@@ -176,18 +173,23 @@ class RealtimeSession:
             max_input_audio_s=config.max_input_audio_s,
             input_audio=lambda: self._settings.input_audio,
         )
-        self._metrics = metrics
+        self._input = InputAudioEvents(
+            audio=self._audio, guard=self._guard, settings=self._settings, turns=self._turns, outbox=self._outbox
+        )
+        responses = ResponseRequests(
+            self._responder, self._conversation, self._settings, metrics, config.max_item_chars
+        )
         self._handlers: dict[type[OpenAIModel], Handler[Any]] = {
             SessionUpdateEvent: self._on_session_update,
-            InputAudioBufferAppendEvent: self._on_input_audio_buffer_append,
-            InputAudioBufferCommitEvent: self._on_input_audio_buffer_commit,
-            InputAudioBufferClearEvent: self._on_input_audio_buffer_clear,
+            InputAudioBufferAppendEvent: self._input.append,
+            InputAudioBufferCommitEvent: self._input.commit,
+            InputAudioBufferClearEvent: self._input.clear,
             ConversationItemCreateEvent: items.create,
             ConversationItemTruncateEvent: items.truncate,
             ConversationItemRetrieveEvent: items.retrieve,
             ConversationItemDeleteEvent: items.delete,
-            ResponseCreateEvent: self._on_response_create,
-            ResponseCancelEvent: self._on_response_cancel,
+            ResponseCreateEvent: responses.create,
+            ResponseCancelEvent: responses.cancel,
         }
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -269,7 +271,7 @@ class RealtimeSession:
         try:
             if isinstance(message, CallerAudio):
                 await self._guard.admit_event(message.size)
-                await self._append_audio(message.audio)
+                await self._input.append_audio(message.audio)
                 return
             size = len(message) if isinstance(message, bytes) or message.isascii() else len(message.encode())
             await self._guard.admit_event(size)
@@ -294,49 +296,3 @@ class RealtimeSession:
             self._audio.reconfigure(self._settings.turn_detection)
             self._turns.reset()
         self._outbox.put(server_event(SessionUpdatedEvent, session=self._settings.describe()))
-
-    async def _on_input_audio_buffer_append(self, event: InputAudioBufferAppendEvent) -> None:
-        await self._append_audio(event.audio)
-
-    async def _append_audio(self, audio: str) -> None:
-        wire = self._settings.input_audio
-        try:
-            data = b64_audio_decode(audio)
-            samples = wire.samples(data)
-        except ValueError as exc:
-            raise ProtocolError("invalid_value", str(exc), "audio") from None
-        await self._guard.admit_audio(len(data) / wire.bytes_per_second)
-        self._audio.append(samples, wire.rate)
-
-    async def _on_input_audio_buffer_commit(self, event: InputAudioBufferCommitEvent) -> None:
-        utterance = await self._audio.commit()
-        if len(utterance) < SPEECH_RATE * MIN_AUDIO_MS // 1000:
-            raise ProtocolError(
-                "input_audio_buffer_commit_empty", f"buffer too small: expected at least {MIN_AUDIO_MS}ms of audio"
-            )
-        self._turns.reset()
-        self._turns.transcription.commit(utterance, new_id("item"))
-
-    async def _on_input_audio_buffer_clear(self, event: InputAudioBufferClearEvent) -> None:
-        await self._audio.clear()
-        self._turns.reset()
-        self._outbox.put(server_event(InputAudioBufferClearedEvent))
-
-    async def _on_response_create(self, event: ResponseCreateEvent) -> None:
-        if self._responder.current is not None:
-            raise ProtocolError("conversation_already_has_active_response", "a response is already in progress")
-        asked = event.response
-        options = self._settings.response_options(asked)
-        items = self._conversation.items
-        if asked is not None and asked.input is not None:  # a context of its own for this answer
-            items = tuple(
-                from_client(item, self._max_item_chars, f"response.input[{i}]") for i, item in enumerate(asked.input)
-            )
-        self._metrics.turn_ended()
-        timeline = Timeline()
-        timeline.mark("requested")
-        self._responder.answer(prompt(items, options.instructions), timeline, options)
-
-    async def _on_response_cancel(self, event: ResponseCancelEvent) -> None:
-        if not self._responder.cancel("client_cancelled"):
-            raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")

@@ -69,15 +69,20 @@ class WebSocketTransport:
         return data
 
     async def send(self, event: OpenAIModel) -> None:
-        try:
-            await self._ws.send_text(encode(event))
-        except (WebSocketDisconnect, OSError) as exc:
-            raise ClientLeft from exc
-        except RuntimeError as exc:  # Starlette's answer to sending on a closed socket
-            if WebSocketState.DISCONNECTED in (self._ws.client_state, self._ws.application_state):
-                raise ClientLeft from exc
-            raise
+        await send_text(self._ws, encode(event))
 
     async def close(self, code: int, reason: str) -> None:
         with contextlib.suppress(RuntimeError):  # already closed by the client
             await self._ws.close(code=code, reason=reason)
+
+
+async def send_text(websocket: WebSocket, text: str) -> None:
+    """Send ``text`` on a WebSocket; ``ClientLeft`` if the client has gone."""
+    try:
+        await websocket.send_text(text)
+    except (WebSocketDisconnect, OSError) as exc:
+        raise ClientLeft from exc
+    except RuntimeError as exc:  # Starlette's answer to sending on a closed socket
+        if WebSocketState.DISCONNECTED in (websocket.client_state, websocket.application_state):
+            raise ClientLeft from exc
+        raise

@@ -6,7 +6,7 @@ transport that speaks Twilio's messages (https://www.twilio.com/docs/voice/media
   The session then speaks ``audio/pcmu`` both ways, as Twilio does (8 kHz μ-law).
 - ``media`` in is the caller's audio, appended as it comes (any length); ``mark`` in is the
   echo of one of ours: the audio before it has been played (or cleared); ``dtmf`` in is a
-  keypad digit (:class:`Keypad`); ``stop`` in, or the socket going, ends the session.
+  keypad digit (``keypad.Keypad``); ``stop`` in, or the socket going, ends the session.
 - Out, the answer's audio is ``media`` with a ``mark`` after each (:class:`TwilioAudio`, the
   session's audio port): a barge-in sends ``clear`` at once, and the cut answer is kept as
   far as the marks say the caller heard it. After each answer's audio comes the mark
@@ -23,9 +23,7 @@ import base64
 import contextlib
 import json
 import logging
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -33,10 +31,10 @@ from xml.sax.saxutils import quoteattr
 from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent
-from starlette.websockets import WebSocketState
 
 from deployments.realtime.audio_out import AnswerAudio
-from deployments.realtime.transport import CallerAudio, ClientLeft
+from deployments.realtime.keypad import Keypad
+from deployments.realtime.transport import CallerAudio, ClientLeft, send_text
 from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 
 logger = logging.getLogger(__name__)
@@ -45,8 +43,6 @@ MEDIA_STREAM_PATH = "/v1/twilio/media-stream"
 START_TIMEOUT_S = 10.0
 """Twilio sends ``connected`` and ``start`` as the stream opens; a client that does not is
 no Twilio stream."""
-KEYPAD_PAUSE_S = 2.0
-"""Digits typed within this of each other are one entry (``#`` ends one at once)."""
 
 
 class BadStream(ValueError):
@@ -177,48 +173,7 @@ class SendMessage:
         self._ws = websocket
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        try:
-            await self._ws.send_text(json.dumps(message))
-        except (WebSocketDisconnect, OSError) as exc:
-            raise ClientLeft from exc
-        except RuntimeError as exc:
-            if WebSocketState.DISCONNECTED in (self._ws.client_state, self._ws.application_state):
-                raise ClientLeft from exc
-            raise
-
-
-class Keypad:
-    """Digits typed on the phone, gathered into one entry: ended by ``#`` or a pause of
-    ``KEYPAD_PAUSE_S``, it becomes the caller's text message and asks for an answer."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._digits = ""
-        self._last_at = 0.0
-        self._clock = clock
-
-    def press(self, digit: str) -> list[str]:
-        """A digit; the entry's events if this ends it."""
-        self._digits += digit[:1]
-        self._last_at = self._clock()
-        return self.flush() if digit == "#" else []
-
-    def wait_s(self) -> float | None:
-        """How long until the entry ends by itself (``None``: none is being typed)."""
-        if not self._digits:
-            return None
-        return max(self._last_at + KEYPAD_PAUSE_S - self._clock(), 0.0)
-
-    def flush(self) -> list[str]:
-        digits, self._digits = self._digits, ""
-        if not digits:
-            return []
-        text = f"[The caller typed on the phone's keypad: {' '.join(digits)}]"
-        content = [{"type": "input_text", "text": text}]
-        item = {"type": "message", "role": "user", "content": content}
-        return [
-            json.dumps({"type": "conversation.item.create", "item": item}),
-            json.dumps({"type": "response.create"}),
-        ]
+        await send_text(self._ws, json.dumps(message))
 
 
 class TwilioTransport:

@@ -9,15 +9,14 @@ from typing import Any
 import pytest
 from openai.types.realtime import ConversationItemCreateEvent
 
+from deployments.realtime.input_events import client_audio, is_user_audio
 from deployments.realtime.items import (
     AssistantMessage,
     FunctionCall,
     FunctionCallOutput,
     InputText,
     UserAudio,
-    client_audio,
     from_client,
-    is_user_audio,
 )
 from deployments.realtime.protocol import ProtocolError
 from deployments.realtime.wire_audio import PCM16

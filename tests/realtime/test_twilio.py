@@ -11,7 +11,8 @@ from fakes import FakeSocket, FakeStages, Harness, in_format, send_audio, speech
 from starlette.requests import Request
 
 from deployments.access import Access
-from deployments.realtime.twilio import Keypad, StreamStart, TwilioTransport, twiml_connect
+from deployments.realtime.keypad import Keypad
+from deployments.realtime.twilio import StreamStart, TwilioTransport, twiml_connect
 from deployments.realtime.wire_audio import PCM16, PCMU
 
 QUESTION = 2

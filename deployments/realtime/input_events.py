@@ -1,0 +1,82 @@
+"""The client's audio in: ``input_audio_buffer.*`` events (audio appended in the session's
+input format, a transport's ``CallerAudio`` too, committed as a user item, cleared) and the
+audio of a user audio item."""
+
+import numpy as np
+from openai.types.realtime import (
+    ConversationItem,
+    InputAudioBufferAppendEvent,
+    InputAudioBufferClearedEvent,
+    InputAudioBufferClearEvent,
+    InputAudioBufferCommitEvent,
+)
+
+from deployments.realtime.audio_input import AudioInput
+from deployments.realtime.items import MIN_AUDIO_MS
+from deployments.realtime.limits import InputGuard
+from deployments.realtime.outbox import Outbox
+from deployments.realtime.protocol import ProtocolError, new_id, server_event
+from deployments.realtime.settings import SessionSettings
+from deployments.realtime.turns import TurnTaker
+from deployments.realtime.wire_audio import WireAudio
+from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
+
+
+class InputAudioEvents:
+    def __init__(
+        self, *, audio: AudioInput, guard: InputGuard, settings: SessionSettings, turns: TurnTaker, outbox: Outbox
+    ) -> None:
+        self._audio, self._guard, self._settings = audio, guard, settings
+        self._turns, self._outbox = turns, outbox
+
+    async def append(self, event: InputAudioBufferAppendEvent) -> None:
+        await self.append_audio(event.audio)
+
+    async def append_audio(self, audio: str) -> None:
+        """Base64 audio in the session's input format, checked against the audio rate limit."""
+        wire = self._settings.input_audio
+        try:
+            data = b64_audio_decode(audio)
+            samples = wire.samples(data)
+        except ValueError as exc:
+            raise ProtocolError("invalid_value", str(exc), "audio") from None
+        await self._guard.admit_audio(len(data) / wire.bytes_per_second)
+        self._audio.append(samples, wire.rate)
+
+    async def commit(self, event: InputAudioBufferCommitEvent) -> None:
+        utterance = await self._audio.commit()
+        if len(utterance) < SPEECH_RATE * MIN_AUDIO_MS // 1000:
+            raise ProtocolError(
+                "input_audio_buffer_commit_empty", f"buffer too small: expected at least {MIN_AUDIO_MS}ms of audio"
+            )
+        self._turns.reset()
+        self._turns.transcription.commit(utterance, new_id("item"))
+
+    async def clear(self, event: InputAudioBufferClearEvent) -> None:
+        await self._audio.clear()
+        self._turns.reset()
+        self._outbox.put(server_event(InputAudioBufferClearedEvent))
+
+
+def is_user_audio(item: ConversationItem) -> bool:
+    """Whether a client's item is a user's recorded audio (added as speech is: transcribed)."""
+    return item.type == "message" and item.role == "user" and [part.type for part in item.content] == ["input_audio"]
+
+
+def client_audio(item: ConversationItem, wire: WireAudio, max_seconds: float, param: str) -> np.ndarray:
+    """The audio of a client's user audio item (:func:`is_user_audio`, in the session's input
+    format ``wire``), at the STT's rate."""
+    audio = item.content[0].audio if item.type == "message" else None  # type: ignore[union-attr]
+    try:
+        data = b64_audio_decode(audio or "")
+        samples = wire.samples(data)
+    except ValueError as exc:
+        raise ProtocolError("invalid_value", str(exc), f"{param}.content.audio") from None
+    seconds = len(data) / wire.bytes_per_second
+    if not MIN_AUDIO_MS / 1000 <= seconds <= max_seconds:
+        raise ProtocolError(
+            "invalid_value",
+            f"input_audio must be {MIN_AUDIO_MS} ms to {max_seconds:g} s long",
+            f"{param}.content.audio",
+        )
+    return resample(samples, wire.rate, SPEECH_RATE)

@@ -1,0 +1,43 @@
+"""A phone's keypad: digits typed in a call (Twilio's ``dtmf``) gathered into one entry that
+the agent can answer, as the caller's text message."""
+
+import json
+import time
+from collections.abc import Callable
+
+KEYPAD_PAUSE_S = 2.0
+"""Digits typed within this of each other are one entry (``#`` ends one at once)."""
+
+
+class Keypad:
+    """Digits typed on the phone, gathered into one entry: ended by ``#`` or a pause of
+    ``KEYPAD_PAUSE_S``, it becomes the caller's text message and asks for an answer."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._digits = ""
+        self._last_at = 0.0
+        self._clock = clock
+
+    def press(self, digit: str) -> list[str]:
+        """A digit; the entry's events if this ends it."""
+        self._digits += digit[:1]
+        self._last_at = self._clock()
+        return self.flush() if digit == "#" else []
+
+    def wait_s(self) -> float | None:
+        """How long until the entry ends by itself (``None``: none is being typed)."""
+        if not self._digits:
+            return None
+        return max(self._last_at + KEYPAD_PAUSE_S - self._clock(), 0.0)
+
+    def flush(self) -> list[str]:
+        digits, self._digits = self._digits, ""
+        if not digits:
+            return []
+        text = f"[The caller typed on the phone's keypad: {' '.join(digits)}]"
+        content = [{"type": "input_text", "text": text}]
+        item = {"type": "message", "role": "user", "content": content}
+        return [
+            json.dumps({"type": "conversation.item.create", "item": item}),
+            json.dumps({"type": "response.create"}),
+        ]
