@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from openai.types.realtime import RealtimeResponseStatus
 
@@ -37,7 +37,7 @@ from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id
 from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import ResponseRun, Status
+from deployments.realtime.response_run import CancelReason, DropReason, ResponseRun, Status
 from deployments.realtime.settings import ResponseOptions, SessionSettings
 from deployments.realtime.stages import Stages, StageStream
 from deployments.realtime.supervision import Spawn
@@ -46,24 +46,6 @@ from handlers.llm import ChatMessage
 from handlers.tools import LLMOutput
 
 logger = logging.getLogger(__name__)
-
-CancelReason = Literal["turn_detected", "client_cancelled"]
-DropReason = Literal[
-    "speech_resumed",
-    "input_restarted",
-    "new_pause",
-    "too_short",
-    "turn_ended_elsewhere",
-    "no_words",
-    "replaced",
-    "not_answered",
-    "turn_detected",
-    "client_cancelled",
-    "cancelled",
-]
-"""Why a held answer was dropped unseen: the speech went on (resumed, a new pause, a turn
-ending elsewhere), the turn was no turn (too short, no words), the answer was replaced by a
-fresh one, no answer was due, or it was cancelled as it was held."""
 
 
 class ResponseScope(Protocol):

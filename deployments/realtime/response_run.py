@@ -16,6 +16,23 @@ from deployments.realtime.timeline import Timeline
 from handlers.llm import ChatMessage
 
 Status = Literal["in_progress", "completed", "cancelled", "failed"]
+CancelReason = Literal["turn_detected", "client_cancelled"]
+DropReason = Literal[
+    "speech_resumed",
+    "input_restarted",
+    "new_pause",
+    "too_short",
+    "turn_ended_elsewhere",
+    "no_words",
+    "replaced",
+    "not_answered",
+    "turn_detected",
+    "client_cancelled",
+    "cancelled",
+]
+"""Why a held answer was dropped unseen: the speech went on (resumed, a new pause, a turn
+ending elsewhere), the turn was no turn (too short, no words), the answer was replaced by a
+fresh one, no answer was due, or it was cancelled as it was held."""
 
 
 @dataclass(eq=False)

@@ -17,8 +17,8 @@ import numpy as np
 from deployments.realtime.conversation import Conversation, NothingToAnswer, prompt
 from deployments.realtime.items import Item
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.response import DropReason, Responder
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response import Responder
+from deployments.realtime.response_run import DropReason, ResponseRun
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
