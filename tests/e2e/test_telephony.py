@@ -64,8 +64,9 @@ async def test_two_phone_calls_are_each_answered_in_speech_read_back_from_their_
             await call.until(lambda call=call: bool(call.answered()))
             answer = call.answered()[0]
             assert answer.done is not None and answer.done.endswith(" completed")
-            heard = normalise(read_back(stt, bytes(answer.audio)))
-            assert len(heard.split()) >= 2, f"the answer is speech: {heard!r}"
+            assert normalise(read_back(stt, bytes(answer.audio))), (
+                "the answer is speech (the 135M model's may be one word)"
+            )
             assert not call.clears
 
 
@@ -133,6 +134,7 @@ async def test_the_agents_sdk_set_up_as_its_twilio_example_holds_a_call_in_g711(
     )
     played = bytearray()
     errors: list[object] = []
+    transcripts: list[str] = []
     async with session:
         spoken = mulaw("What is the capital of France?")
         for offset in range(0, len(spoken), 400):  # the example forwards 50 ms at a time
@@ -143,8 +145,12 @@ async def test_the_agents_sdk_set_up_as_its_twilio_example_holds_a_call_in_g711(
                     played += event.audio.data
                 elif event.type == "error":
                     errors.append(event.error)
+                elif event.type == "raw_model_event" and isinstance(data := getattr(event.data, "data", None), dict):
+                    if data.get("type") == "response.output_audio_transcript.done":
+                        transcripts.append(data["transcript"])
                 elif event.type == "agent_end":
                     break
     assert errors == []
-    heard = normalise(read_back(stt, bytes(played)))
-    assert len(heard.split()) >= 2, f"the answer is speech a phone can play: {heard!r}"
+    heard = set(normalise(read_back(stt, bytes(played))).split())
+    said = set(normalise(" ".join(transcripts)).split())
+    assert heard & said, f"the μ-law the SDK got is the answer's speech: heard {heard}, said {said}"
