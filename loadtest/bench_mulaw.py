@@ -14,8 +14,7 @@ import json
 import jiwer
 import numpy as np
 
-from deployments.realtime.wire_audio import PCMU
-from handlers import g711
+from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 from handlers.stt import SpeechToText
 from handlers.tts import TextToSpeech
@@ -42,10 +41,10 @@ def normalise(text: str) -> str:
 
 def over_the_phone(pcm16: bytes) -> np.ndarray:
     """24 kHz PCM16 through the answer's μ-law encoder and back, at the STT's rate."""
-    encoder = PCMU.encoder()
-    frames = [encoder.encode(pcm16[offset : offset + FRAME_BYTES]) for offset in range(0, len(pcm16), FRAME_BYTES)]
-    mulaw = b"".join(frames) + encoder.encode(b"")
-    return resample(g711.decode(mulaw, "ulaw").astype(np.float32) / 32768.0, PCMU.rate, SPEECH_RATE)
+    encoder = AnswerEncoder()
+    frames = [pcm16[offset : offset + FRAME_BYTES] for offset in range(0, len(pcm16), FRAME_BYTES)] + [b""]
+    mulaw = b"".join(encoder.encode("answer", PCMU, frame) for frame in frames)
+    return resample(PCMU.samples(mulaw), PCMU.rate, SPEECH_RATE)
 
 
 def main() -> None:

@@ -16,32 +16,28 @@ import json
 import time
 from typing import Any
 
-import numpy as np
-
-from handlers import g711
-from handlers.audio import REALTIME_RATE, float_to_pcm16, pcm16_to_float, resample
+from deployments.realtime.wire_audio import PCMU
+from handlers.audio import REALTIME_RATE, pcm16_to_float, resample
 from loadtest.bench_e2e import CONFIG, QUESTIONS, Speaker, bench_turns, percentile, start_local_app
 from loadtest.twilio_caller import TwilioCaller
 
-TELEPHONE_RATE = 8000
 LEAD_IN_S = 0.2
 TRAILING_SILENCE_S = 1.5
 
 
 def mulaw(pcm16: bytes) -> bytes:
-    telephone = resample(pcm16_to_float(pcm16), REALTIME_RATE, TELEPHONE_RATE)
-    return g711.encode(np.frombuffer(float_to_pcm16(telephone), dtype="<i2"), "ulaw")
+    return PCMU.wire_bytes(resample(pcm16_to_float(pcm16), REALTIME_RATE, PCMU.rate))
 
 
 async def bench_phone_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
     voice_to_voice = []
-    silence = bytes([0xFF]) * TELEPHONE_RATE  # μ-law's zero, 1 s
+    silence = bytes([0xFF]) * PCMU.rate  # μ-law's zero, 1 s
     async with TwilioCaller.dial(f"{url}/twilio/media-stream", play_speed=50.0, name="bench") as call:
         for turn in range(turns):
-            await call.say(silence[: int(LEAD_IN_S * TELEPHONE_RATE)])
+            await call.say(silence[: int(LEAD_IN_S * PCMU.rate)])
             await call.say(mulaw(speaker.speech(QUESTIONS[turn % len(QUESTIONS)])))
             speech_end = time.monotonic()
-            await call.say(silence[: int(TRAILING_SILENCE_S * TELEPHONE_RATE)])
+            await call.say(silence[: int(TRAILING_SILENCE_S * PCMU.rate)])
             await call.until_answered(turn + 1)
             first_audio_at = call.answered()[turn].first_audio_at
             assert first_audio_at is not None

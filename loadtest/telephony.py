@@ -22,26 +22,24 @@ from typing import Any
 
 import numpy as np
 
-from handlers import g711
-from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
+from deployments.realtime.wire_audio import PCMU
+from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import MAX_QUESTION, question_tone
 from loadtest.twilio_caller import TwilioCaller
 
-TELEPHONE_RATE = 8000
 QUESTION_S = 1.0
 SILENCE_S = 0.8
 """After each question: the server's VAD ends the turn in this silence."""
 ANSWER_TIMEOUT_S = 60.0
 
 
-SILENCE = b"\xff" * int(SILENCE_S * TELEPHONE_RATE)
+SILENCE = b"\xff" * int(SILENCE_S * PCMU.rate)
 """μ-law's zero."""
 
 
 def mulaw_question(number: int) -> bytes:
     """A tone question as a phone sends it."""
-    pcm = float_to_pcm16(resample(question_tone(number, QUESTION_S), SPEECH_RATE, TELEPHONE_RATE))
-    return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw")
+    return PCMU.wire_bytes(resample(question_tone(number, QUESTION_S), SPEECH_RATE, PCMU.rate))
 
 
 def percentile(values: list[float], share: float) -> float | None:

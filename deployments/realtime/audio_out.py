@@ -86,12 +86,10 @@ class WebSocketAudio:
 
     def __init__(self, send: "SendEvent") -> None:
         self._send = send
-        self._encoder: tuple[str, AnswerEncoder] | None = None
+        self._encoder = AnswerEncoder()
 
     async def play(self, frame: AnswerAudio) -> None:
-        if self._encoder is None or self._encoder[0] != frame.response_id or self._encoder[1].wire != frame.wire:
-            self._encoder = (frame.response_id, frame.wire.encoder())
-        encoded = self._encoder[1].encode(frame.pcm16)
+        encoded = self._encoder.encode(frame.response_id, frame.wire, frame.pcm16)
         if not encoded:
             return
         audio = base64.b64encode(encoded).decode("ascii")
@@ -109,7 +107,7 @@ class WebSocketAudio:
         pass  # the client plays it out
 
     async def clear(self) -> None:
-        self._encoder = None  # the client stops at speech_started (or a cancelled response.done)
+        self._encoder.reset()  # the client stops at speech_started (or a cancelled response.done)
 
     def pause(self, paused: bool) -> None:
         pass  # paced instead: the session stops sending

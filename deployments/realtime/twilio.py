@@ -34,6 +34,7 @@ from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent
 
 from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.keypad import Keypad
+from deployments.realtime.playout import audio_ms
 from deployments.realtime.transport import CallerAudio, ClientLeft, send_text
 from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 
@@ -115,7 +116,7 @@ class TwilioAudio:
 
     def __init__(self, send: "SendMessage", stream_sid: str) -> None:
         self._send, self._sid = send, stream_sid
-        self._encoder: tuple[str, AnswerEncoder] | None = None
+        self._encoder = AnswerEncoder()
         self._sent_ms: dict[str, float] = {}
         self._marks: dict[str, tuple[str, float]] = {}
         """Marks sent and not yet echoed: name -> (response id, ms of it played by then)."""
@@ -125,12 +126,11 @@ class TwilioAudio:
         """Audio went out since the last ``clear``."""
 
     async def play(self, frame: AnswerAudio) -> None:
-        if self._encoder is None or self._encoder[0] != frame.response_id:
-            self._encoder = (frame.response_id, PCMU.encoder())
+        if frame.response_id not in self._sent_ms:  # a new answer: the last one's counts go
             self._sent_ms = {frame.response_id: 0.0}
             self._played_ms = {frame.response_id: 0.0}
-        mulaw = self._encoder[1].encode(frame.pcm16)
-        end_ms = self._sent_ms[frame.response_id] = self._sent_ms[frame.response_id] + len(frame.pcm16) / 48
+        mulaw = self._encoder.encode(frame.response_id, PCMU, frame.pcm16)
+        end_ms = self._sent_ms[frame.response_id] = self._sent_ms[frame.response_id] + audio_ms(len(frame.pcm16))
         if not mulaw:
             return
         payload = base64.b64encode(mulaw).decode("ascii")
@@ -154,7 +154,7 @@ class TwilioAudio:
     async def clear(self) -> None:
         """Empty Twilio's buffer; the marks it then echoes are of audio never played."""
         self._marks.clear()
-        self._encoder = None
+        self._encoder.reset()
         if self._unplayed:
             self._unplayed = False
             await self._send({"event": "clear", "streamSid": self._sid})

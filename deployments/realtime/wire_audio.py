@@ -48,8 +48,10 @@ class WireAudio:
             return pcm16_to_float(data)
         return g711.decode(data, self.law).astype(np.float32) / 32768.0
 
-    def encoder(self) -> "AnswerEncoder":
-        return AnswerEncoder(self)
+    def wire_bytes(self, samples: np.ndarray) -> bytes:
+        """Float32 samples at ``rate`` as the wire's bytes (the inverse of :meth:`samples`)."""
+        pcm16 = float_to_pcm16(samples)
+        return pcm16 if self.law is None else g711.encode(np.frombuffer(pcm16, dtype="<i2"), self.law)
 
 
 PCM16 = WireAudio("audio/pcm", REALTIME_RATE, None)
@@ -76,20 +78,24 @@ _SERVED = "audio/pcm (24000 Hz), audio/pcmu and audio/pcma (8000 Hz) are"
 
 
 class AnswerEncoder:
-    """An answer's 24 kHz PCM16 as the wire's bytes, frame by frame. The resampler's filter
-    holds the last ~64 ms back, so an empty frame (the end of a spoken piece) lets it out and
-    the next piece starts a fresh stream: nothing of a sentence is lost or runs into the next."""
+    """Answers' 24 kHz PCM16 as a wire's bytes, frame by frame, one resampler stream at a time:
+    a new answer or format starts a fresh one. The resampler's filter holds the last ~64 ms
+    back, so an empty frame (the end of a spoken piece) lets it out and the next piece starts
+    afresh too: nothing of a sentence is lost or runs into the next."""
 
-    def __init__(self, wire: WireAudio) -> None:
-        self.wire = wire
-        self._resampler: StreamResampler | None = None
+    def __init__(self) -> None:
+        self._stream: tuple[str, WireAudio, StreamResampler] | None = None
 
-    def encode(self, pcm16: bytes) -> bytes:
-        if self.wire.law is None:
+    def encode(self, response_id: str, wire: WireAudio, pcm16: bytes) -> bytes:
+        if wire.law is None:
             return pcm16
-        if self._resampler is None:
-            self._resampler = StreamResampler(REALTIME_RATE, self.wire.rate)
-        samples = self._resampler.process(pcm16_to_float(pcm16), last=not pcm16)
+        if self._stream is None or self._stream[:2] != (response_id, wire):
+            self._stream = (response_id, wire, StreamResampler(REALTIME_RATE, wire.rate))
+        samples = self._stream[2].process(pcm16_to_float(pcm16), last=not pcm16)
         if not pcm16:
-            self._resampler = None
-        return g711.encode(np.frombuffer(float_to_pcm16(samples), dtype="<i2"), self.wire.law)
+            self._stream = None
+        return wire.wire_bytes(samples)
+
+    def reset(self) -> None:
+        """What was held back is dropped (the caller's audio was cleared)."""
+        self._stream = None

@@ -18,8 +18,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from deployments.app import build_app
-from handlers import g711
-from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
+from deployments.realtime.wire_audio import PCMU
+from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import question_tone
 from loadtest import telephony
 from loadtest.twilio_caller import TwilioCaller
@@ -43,8 +43,7 @@ def phone(serve_port: int) -> Iterator[str]:
 
 def tone_mulaw(number: int) -> bytes:
     tone = np.concatenate([question_tone(number, 1.0), np.zeros(SPEECH_RATE, np.float32)])
-    pcm = float_to_pcm16(resample(tone, SPEECH_RATE, 8000))
-    return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw")
+    return PCMU.wire_bytes(resample(tone, SPEECH_RATE, PCMU.rate))
 
 
 def webhook(url: str, password: str | None) -> tuple[int, str]:

@@ -25,7 +25,6 @@ from deployments.realtime.recorder import StoredSession
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import WebSocketTransport
 from deployments.realtime.wire_audio import WireAudio
-from handlers import g711
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
 from handlers.synthetic import EnergyVoiceDetector, question_tone
 from handlers.vad import VADEvent, VADState
@@ -333,10 +332,7 @@ def append_audio(socket: FakeSocket, pcm: bytes, frame_ms: int = 100) -> None:
 
 def in_format(pcm16: bytes, wire: WireAudio) -> bytes:
     """24 kHz PCM16 as a client of ``wire`` sends it."""
-    if wire.law is None:
-        return pcm16
-    telephone = resample(pcm16_to_float(pcm16), REALTIME_RATE, wire.rate)
-    return g711.encode(np.frombuffer(float_to_pcm16(telephone), dtype="<i2"), wire.law)
+    return wire.wire_bytes(resample(pcm16_to_float(pcm16), REALTIME_RATE, wire.rate))
 
 
 def send_audio(socket: FakeSocket, audio: bytes, wire: WireAudio, frame_ms: int = 20) -> None:
