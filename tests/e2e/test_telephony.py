@@ -16,14 +16,16 @@ import jiwer
 import numpy as np
 import pytest
 from agents.realtime import RealtimeAgent, RealtimeRunner
-from realtime_client import HEARD_WER, LONG_QUESTION, is_done, normalise
+from realtime_client import LONG_QUESTION, is_done, normalise
 
-from handlers import g711
-from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
+from deployments.realtime.wire_audio import PCMU
+from handlers.audio import SPEECH_RATE, resample
 from handlers.stt import SpeechToText
 from loadtest.twilio_caller import TwilioCaller
 
-TELEPHONE_RATE = 8000
+SPOKEN_S_PER_WORD = 0.15
+MAX_S_PER_WORD = 1.0
+"""Bounds of a spoken answer's length per word of its transcript (Piper speaks ~0.3 s a word)."""
 FAST_PLAYBACK = 8.0
 """The simulated phone plays answers this much faster than real time (no test waits for an
 answer to be heard out loud)."""
@@ -34,15 +36,24 @@ def mulaw(speak: Callable[..., np.ndarray]) -> Callable[..., bytes]:
     """Spoken text as a phone sends it: μ-law at 8 kHz."""
 
     def _mulaw(text: str, silence_s: float = 1.0) -> bytes:
-        pcm = float_to_pcm16(resample(speak(text, silence_s), SPEECH_RATE, TELEPHONE_RATE))
-        return g711.encode(np.frombuffer(pcm, dtype="<i2"), "ulaw")
+        return PCMU.wire_bytes(resample(speak(text, silence_s), SPEECH_RATE, PCMU.rate))
 
     return _mulaw
 
 
 def read_back(stt: SpeechToText, mulaw: bytes) -> str:
-    samples = g711.decode(mulaw, "ulaw").astype(np.float32) / 32768.0
-    return stt.transcribe(resample(samples, TELEPHONE_RATE, SPEECH_RATE))
+    return stt.transcribe(resample(PCMU.samples(mulaw), PCMU.rate, SPEECH_RATE))
+
+
+def assert_voiced_mulaw(mulaw: bytes, transcript: str, heard: str) -> None:
+    """The answer's audio is 8 kHz μ-law that carries its transcript: speech is read back from
+    it, and it lasts as long as its words take to say (PCM16 taken for μ-law would last half
+    as long, 24 kHz for 8 kHz three times as long). Not the words themselves: the 135M model
+    answers in French at times, and tiny.en hears English in that."""
+    words = len(normalise(transcript).split())
+    seconds = len(mulaw) / PCMU.bytes_per_second
+    assert normalise(heard), f"no speech in the μ-law of {transcript!r}"
+    assert SPOKEN_S_PER_WORD * words <= seconds <= MAX_S_PER_WORD * words + 1.0, (seconds, transcript)
 
 
 def stream_url(realtime_url: str) -> str:
@@ -114,7 +125,7 @@ async def test_a_realtime_session_in_pcmu_answers_in_mulaw_that_reads_back_as_it
         heard = read_back(stt, answer)
         word_error = jiwer.wer(normalise(transcript), normalise(heard))
         print(json.dumps({"mulaw_round_trip_wer": round(word_error, 3), "said": transcript, "heard": heard}))
-        assert word_error <= HEARD_WER, (transcript, heard)  # a misheard word; the corpus: bench_mulaw
+        assert_voiced_mulaw(answer, transcript, heard)  # the words' error: bench_mulaw's corpus
 
 
 async def test_the_agents_sdk_set_up_as_its_twilio_example_holds_a_call_in_g711(
@@ -151,6 +162,4 @@ async def test_the_agents_sdk_set_up_as_its_twilio_example_holds_a_call_in_g711(
                 elif event.type == "agent_end":
                     break
     assert errors == []
-    heard = set(normalise(read_back(stt, bytes(played))).split())
-    said = set(normalise(" ".join(transcripts)).split())
-    assert heard & said, f"the μ-law the SDK got is the answer's speech: heard {heard}, said {said}"
+    assert_voiced_mulaw(bytes(played), " ".join(transcripts), read_back(stt, bytes(played)))
