@@ -4,6 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+BENCH := $(VENV)/bin/s2s-bench
 PIP := $(VENV)/bin/pip
 INSTALLED := $(VENV)/.installed
 DEV_INSTALLED := $(VENV)/.installed-dev
@@ -113,41 +114,41 @@ chart-schema: install
 	$(PY) helm/values_schema.py
 
 bench-handlers: install-dev assets
-	$(PY) -m loadtest.bench_handlers
+	$(BENCH) handlers
 
 bench-cancel: install-dev
-	$(PY) -m loadtest.bench_cancel
+	$(BENCH) cancel
 
 bench-vad: install-dev assets
-	$(PY) -m loadtest.bench_vad
+	$(BENCH) vad
 
 bench-backchannel-words: install-dev assets
-	$(PY) -m loadtest.bench_backchannel_words
+	$(BENCH) backchannel-words
 
 bench-e2e: install-dev assets
-	$(PY) -m loadtest.bench_e2e
+	$(BENCH) e2e
 
 # Turn-taking as a person meets it (pauses mid-sentence, backchannels, real interruptions,
 # voice-to-voice) under the turn-detection settings before and after issue 23.
 bench-turns: install-dev assets
-	$(PY) -m loadtest.bench_turns
+	$(BENCH) turns
 
 # The load client's CPU per session-second (50 and 200 sessions against an echo server), and
 # what permessage-deflate costs client and server.
 .PHONY: bench-client
 bench-client: install-dev
-	$(PY) -m loadtest.bench_client
+	$(BENCH) client
 
 # Ten minutes of interrupting sessions (synthetic engines): ingress RSS growth, leaked actors.
 soak: install-dev
-	$(PY) -m loadtest.soak
+	$(BENCH) soak
 
 # Serving-layer throughput with 1, 2 and 4 fixed TTS replicas (synthetic engines).
 loadtest-scaling: install-dev
-	$(PY) -m loadtest.scaling
+	$(BENCH) scaling
 
 # A simulated 2-node cluster (ray.cluster_utils), an ingress replica on each node: how the
 # sessions spread (docs/bench/scaling/README.md).
 .PHONY: loadtest-two-node
 loadtest-two-node: install-dev
-	$(PY) -m loadtest.two_node
+	$(BENCH) two-node

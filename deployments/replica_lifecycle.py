@@ -9,7 +9,7 @@ Serve still routes new requests to a replica it is moving off a draining node
 (``PENDING_MIGRATION``), and one that had no session took a resume there, then drained it
 (the simulated cluster's node drain). The watch starts in the replica's constructor: started
 by the first request instead, its first look under a redeploy's load took over 2 s, and 100
-resuming sessions each waited for it (a ``loadtest.disruption redeploy`` run):
+resuming sessions each waited for it (a ``loadtest.scenarios.disruption redeploy`` run):
 
 - the application is being deleted: close every session with 1001 now;
 - this replica alone is being stopped (a new version, a scale-down): drain it. It takes no

@@ -16,7 +16,7 @@ from handlers.stt import SpeechToText
 from handlers.tts import TextToSpeech
 
 # Ray exports recorded metrics every 2 s, not 10: a load test's report waits for one export
-# after its run (loadtest.metrics.settled_scrape), and every Ray the suite starts (its own,
+# after its run (loadtest.client.metrics.settled_scrape), and every Ray the suite starts (its own,
 # the benches', the launchers') inherits this before it starts.
 os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
 

@@ -9,7 +9,7 @@ import base64
 from realtime_client import LONG_QUESTION, Client, assert_heard
 
 from handlers.audio import REALTIME_RATE
-from loadtest import listener
+from loadtest.client import listener
 
 FOLLOW_UP = "What is the capital of France?"
 LEAD_MS = 200

@@ -9,9 +9,9 @@ import pytest
 from ray import serve
 from synthetic_app import serve_synthetic
 
-from loadtest.metrics import export_interval_s
-from loadtest.report import write
-from loadtest.run import LoadConfig, run_load
+from loadtest.client.metrics import export_interval_s
+from loadtest.client.report import write
+from loadtest.client.run import LoadConfig, run_load
 
 SYNTHETIC_APP = "voice-synthetic"
 CLEAN = ("stale_bytes", "leaks", "cut_short", "done_without_created", "timeouts", "disconnects")

@@ -21,8 +21,8 @@ from deployments.app import build_app
 from deployments.realtime.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import question_tone
-from loadtest import telephony
-from loadtest.twilio_caller import TwilioCaller
+from loadtest.benchmarks import telephony
+from loadtest.client.twilio_caller import TwilioCaller
 
 APP = "voice-phone"
 TINY = {"num_cpus": 0.01}
@@ -89,7 +89,7 @@ async def test_a_call_with_the_key_is_answered_and_streams_without_it_are_refuse
 
 
 async def test_the_load_tests_telephony_mode_holds_interrupting_calls(phone: str) -> None:
-    """A smoke size of ``python -m loadtest.telephony``: every call answered, every barge-in cleared."""
+    """A smoke size of ``s2s-bench telephony``: every call answered, every barge-in cleared."""
     report = await telephony.run(
         f"ws://{phone.removesuffix('/twilio')}",
         2,

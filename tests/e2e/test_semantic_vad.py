@@ -9,7 +9,7 @@ import pytest
 from realtime_client import assert_heard, normalise
 
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
-from loadtest.prompts import PAUSE_S, with_pause
+from loadtest.client.prompts import PAUSE_S, with_pause
 
 SENTENCE = "I would like to know the capital of France."
 FIRST_WORDS = "I would like to know"
@@ -19,7 +19,7 @@ TRAILING_S = 3.0
 
 
 def paused_mid_sentence(speak) -> tuple[bytes, float]:  # type: ignore[no-untyped-def]
-    """The sentence with a pause (``loadtest.prompts.with_pause``) where its first words end
+    """The sentence with a pause (``loadtest.client.prompts.with_pause``) where its first words end
     (their length when said alone), after as long a silence, as a client sends it; and the
     millisecond of that audio where the speech goes on after the pause."""
     whole = float_to_pcm16(resample(speak(SENTENCE, silence_s=0.0), SPEECH_RATE, REALTIME_RATE))

@@ -24,8 +24,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from deployments.app import build_app
 from handlers.synthetic import question_tone
-from loadtest.report import write
-from loadtest.run import LoadConfig, run_load
+from loadtest.client.report import write
+from loadtest.client.run import LoadConfig, run_load
 
 APP = "voice-resume"
 TINY = {"num_cpus": 0.01}

@@ -1,4 +1,4 @@
-"""Phone calls on the real models: Twilio's side (``loadtest.twilio_caller``, written from
+"""Phone calls on the real models: Twilio's side (``loadtest.client.twilio_caller``, written from
 Twilio's docs) on ``/v1/twilio/media-stream``, a stock SDK client in ``audio/pcmu``, and the
 Agents SDK set up as its Twilio example sets it up (G.711 both ways, its ``url`` at us).
 
@@ -21,7 +21,7 @@ from realtime_client import LONG_QUESTION, is_done, normalise
 from deployments.realtime.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.stt import SpeechToText
-from loadtest.twilio_caller import TwilioCaller
+from loadtest.client.twilio_caller import TwilioCaller
 
 SPOKEN_S_PER_WORD = 0.15
 MAX_S_PER_WORD = 1.0

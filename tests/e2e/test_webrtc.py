@@ -13,7 +13,7 @@ from realtime_client import LONG_QUESTION
 
 from deployments.realtime.webrtc import PEER_GONE_AFTER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
-from loadtest.webrtc_call import Call, post_offer
+from loadtest.client.webrtc_call import Call, post_offer
 
 
 def sessions(base: str) -> int:

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from loadtest.__main__ import main, parse_args
+from loadtest.cli import main
 
 pytestmark = pytest.mark.fast
 """No Ray cluster and no model: part of ``make test-fast``."""
@@ -28,7 +28,7 @@ URL = "ws://127.0.0.1:1/v1/realtime"
 )
 def test_bad_arguments_get_a_clear_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(argv)
+        main(["load", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -38,5 +38,5 @@ def test_no_server_is_a_clear_error(tmp_path, capsys: pytest.CaptureFixture[str]
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"ws://127.0.0.1:{port}/v1/realtime"
-    assert main(["--url", url, "--sessions", "1", "--out", str(tmp_path / "r.json")]) == 2
+    assert main(["load", "--url", url, "--sessions", "1", "--out", str(tmp_path / "r.json")]) == 2
     assert f"no Realtime server answers at {url}" in capsys.readouterr().err

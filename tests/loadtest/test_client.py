@@ -17,23 +17,19 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.protocol import parse_client_event
 from handlers.audio import REALTIME_RATE
-from loadtest import bench_client, report
-from loadtest.client import (
-    FRAME_BYTES,
-    FRAME_MS,
-    SILENCE_EVENT,
-    Session,
-    TurnDetection,
-    spoken_frames,
-    turn_detection_update,
-)
-from loadtest.echo_server import ANSWER_S, EchoServer
-from loadtest.prompts import PromptSet, tone_prompts
-from loadtest.run import LoadConfig, LoadResult
-from loadtest.session_log import Resume, SessionListener, SessionLog, Turn
-from loadtest.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
+from loadtest import cli
+from loadtest.client import report
+from loadtest.client.microphone import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Microphone, spoken_frames
+from loadtest.client.prompts import PromptSet, tone_prompts
+from loadtest.client.records import Resume, SessionLog, Turn
+from loadtest.client.run import LoadConfig, LoadResult
+from loadtest.client.session import Session, TurnDetection, turn_detection_update
+from loadtest.client.session_log import SessionListener
+from loadtest.client.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
+from loadtest.doubles.echo_server import ANSWER_S, EchoServer
 
 ANSWER_BYTES = int(ANSWER_S * REALTIME_RATE) * 2
 
@@ -259,7 +255,7 @@ async def test_deflate_is_offered_only_when_asked(echo: EchoServer) -> None:
 
 def test_the_benchmark_reports_cpu_per_session_second(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--sessions", "2", "--duration-s", "1", "--ramp-s", "0", "--configs", "client_off", "deflate"]
-    assert bench_client.main(argv) == 0
+    assert cli.main(["client", *argv]) == 0
     report = json.loads(capsys.readouterr().out)
     for name, negotiated in (("client_off", False), ("deflate", True)):
         result = report["results"][name]["2"]
@@ -327,6 +323,8 @@ def test_the_turn_detection_a_session_asks_for_is_one_the_server_takes(kind: Tur
     detection = event["session"]["audio"]["input"]["turn_detection"]
     assert detection["type"] == kind
     assert ("interruption" in detection) == our_rules
+    if our_rules:  # the client's copy of our defaults is the server's
+        assert InterruptionRules(**detection["interruption"]) == InterruptionRules()
 
 
 def test_a_response_to_no_question_is_counted() -> None:
@@ -379,12 +377,12 @@ async def test_a_voice_said_over_another_takes_the_microphone_and_audio_stays_re
     prompts = tone_prompts()
     assert prompts.backchannel is not None
     question = prompts.prompts[5]
-    session = _session("ws://unused", prompts, 0, Dice(), 0.0, 0.0)
-    socket = session._ws = RecordingSocket()
+    microphone = Microphone()
+    socket = microphone.ws = RecordingSocket()
     started = time.monotonic()
-    hum = asyncio.ensure_future(session._say(prompts.backchannel))
+    hum = asyncio.ensure_future(microphone.say(prompts.backchannel))
     await asyncio.sleep(prompts.backchannel.seconds + 0.3)  # the question begins 0.3 s into the silence
-    await session._say(question)
+    await microphone.say(question)
     await hum
     events = [event for _, event in socket.sent]
     frames = [event for event, _ in spoken_frames(question)]

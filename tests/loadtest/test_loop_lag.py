@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from loadtest.loop_lag import LoopLag
+from loadtest.client.loop_lag import LoopLag
 
 pytestmark = pytest.mark.fast
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from handlers.audio import REALTIME_RATE
-from loadtest.prompts import LAST_WORD_S, PAUSE_S, spoken_prompts, tone_prompts
+from loadtest.client.prompts import LAST_WORD_S, PAUSE_S, spoken_prompts, tone_prompts
 
 
 def halves_ms(pcm16: bytes) -> tuple[float, float]:

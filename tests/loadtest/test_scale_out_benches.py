@@ -37,7 +37,7 @@ def assert_clean(counts: dict[str, Any]) -> None:
 
 def test_scaling_bench_spreads_the_load_over_the_tts_replicas_it_fixes(tmp_path: Path) -> None:
     report = run_bench(
-        "loadtest.scaling",
+        "loadtest.scenarios.scaling",
         *("--replicas", "2", "--sessions", "4", "--duration-s", "8", "--ramp-s", "1"),
         *("--interrupt-rate", "0.3", "--out-dir", str(tmp_path)),
     )
@@ -51,7 +51,7 @@ def test_scaling_bench_spreads_the_load_over_the_tts_replicas_it_fixes(tmp_path:
 
 def test_two_node_bench_puts_an_ingress_on_each_node_and_both_carry_sessions(tmp_path: Path) -> None:
     report = run_bench(
-        "loadtest.two_node",
+        "loadtest.scenarios.two_node",
         *("--sessions", "6", "--duration-s", "12", "--ramp-s", "2", "--out", str(tmp_path / "two-node.json")),
     )
     assert report["one_ingress_replica_per_node"], report["ingress_replicas"]

@@ -8,7 +8,7 @@ from deployments.realtime.interruptions import holds_a_real_word
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 from handlers.synthetic import ToneTranscriber
 from handlers.vad import SpeechStopped, TurnDetection, VADState, VoiceActivityDetector
-from loadtest.prompts import tone_prompts
+from loadtest.client.prompts import tone_prompts
 
 
 def heard(detector: VoiceActivityDetector, pcm16: bytes) -> tuple[list[SpeechStopped], np.ndarray]:

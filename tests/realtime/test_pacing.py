@@ -15,7 +15,7 @@ from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.playback import MAX_PAUSE_S
 from handlers.audio import REALTIME_RATE
 from handlers.synthetic import ToneTranscriber
-from loadtest import listener
+from loadtest.client import listener
 
 LEAD_MS = 200
 PACED = InterruptionRules(audio_lead_ms=LEAD_MS)

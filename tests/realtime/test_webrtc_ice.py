@@ -15,7 +15,7 @@ from aiortc import RTCPeerConnection
 
 from deployments.config import IceServer
 from deployments.realtime.webrtc import IceServers, WebRTCTransport
-from loadtest.webrtc_call import Microphone
+from loadtest.client.webrtc_call import Microphone
 
 USER, PASSWORD = "s2s", "secret-for-the-test"
 

@@ -19,10 +19,10 @@ RAY_SERVE_HAPROXY_NBTHREAD=1 .venv/bin/python -m deployments.serve_local /tmp/ru
 server=$!
 for i in $(seq 1 300); do curl -sf http://127.0.0.1:8000/readyz >/dev/null && break; sleep 2; done
 common="--url ws://127.0.0.1:8000/v1/realtime --turns 1000 --interrupt-rate 0.3 --resume --fail-on-stale --fail-on-leak"
-.venv/bin/s2s-loadtest $common --sessions 30 --duration-s 200 --ramp-s 10 --seed 3 --out $out/autoscale-long-30.json > /tmp/runs/autoscale.long.log 2>&1 &
+.venv/bin/s2s-bench load $common --sessions 30 --duration-s 200 --ramp-s 10 --seed 3 --out $out/autoscale-long-30.json > /tmp/runs/autoscale.long.log 2>&1 &
 long=$!
 sleep 20
-.venv/bin/s2s-loadtest $common --sessions 70 --duration-s 70 --ramp-s 20 --seed 4 --out $out/autoscale-burst-70.json > /tmp/runs/autoscale.burst.log 2>&1 &
+.venv/bin/s2s-bench load $common --sessions 70 --duration-s 70 --ramp-s 20 --seed 4 --out $out/autoscale-burst-70.json > /tmp/runs/autoscale.burst.log 2>&1 &
 burst=$!
 # The harness's report has the replica counts over time (its `timeline`).
 wait $burst; echo "burst rc=$?"

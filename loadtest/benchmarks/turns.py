@@ -1,0 +1,287 @@
+"""Turn-taking as a person meets it: ``s2s-bench turns`` (JSON on the last line).
+
+Piper-spoken audio at microphone pace into Realtime sessions of the app served from
+``cluster/local.yaml`` (or ``--url``), under each turn-taking setting in ``MODES``:
+
+- ``before``: ``server_vad`` as this server had it before interruptions were confirmed (and
+  as OpenAI has it): every onset during an answer interrupts it (``min_duration_ms`` 0, no
+  word check). ``semantic_vad`` was then this same 500 ms timer;
+- ``server_vad``: the server's defaults now (interruptions confirmed: 150 ms and words);
+- ``semantic_vad``: Smart Turn and the words (the LLM's ``message_ends``) at each 200 ms
+  pause, with the same interruption rules.
+
+Per mode:
+
+- ``paused``: whole sentences cut at a word boundary with a ``loadtest.client.prompts.PAUSE_S`` pause put in
+  (Smart Turn hears prosody: a fragment said alone would end like a statement);
+  ``cut_off`` counts the sentences that became more than one turn;
+- ``backchannels``: during a long answer, one of ``BACKCHANNELS`` or a cough (a noise burst);
+  ``answers_lost`` counts the answers cancelled, ``new_turns`` the turns it started;
+- ``interruptions``: during a long answer, a real one; ``missed`` counts those that did not
+  cancel it; ``onset_to_done_ms``: from the first voiced frame sent to the cancelled
+  ``response.done``; ``onset_to_last_heard_ms``: to the last sound of the answer for a
+  client that plays the audio as it comes and stops at ``speech_started`` (a paced answer's
+  send pauses at the candidate, so the client runs out of audio within the lead);
+- ``voice_to_voice_ms``: end of a question's speech to the first audio delta of its answer,
+  with the server's timeline of each step (``GET /stats/turns``, medians);
+- ``webrtc``: one real interruption and one backchannel over a WebRTC call, where the server
+  plays (and pauses) the answer: from the speech's first frame sent to the answer's sound
+  stopping, and what became of the answer.
+
+Client and server share this machine's cores, so ``interruptions`` and ``webrtc`` also say
+how late the client's own event loop ran while each was measured (``client_loop_late_ms``,
+``loadtest.client.loop_lag``): a figure with a late loop is partly the client's.
+"""
+
+import argparse
+import asyncio
+import base64
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
+from loadtest import options
+from loadtest.client.listener import last_heard
+from loadtest.client.loop_lag import LoopLag
+from loadtest.client.prompts import with_pause
+from loadtest.client.spoken_turns import (
+    LONG_QUESTION,
+    QUESTIONS,
+    Speaker,
+    breakdown,
+    new_round,
+    server_timelines,
+    silence,
+    wait_for,
+)
+from loadtest.client.webrtc_call import Call
+from loadtest.scenarios.launch import LOCAL_CONFIG, served
+from loadtest.stats import percentile, percentiles
+
+MODES: dict[str, dict[str, Any]] = {
+    "before": {"type": "server_vad", "interruption": {"min_duration_ms": 0, "ignore_backchannels": False}},
+    "server_vad": {"type": "server_vad"},
+    "server_vad_unpaced": {"type": "server_vad", "interruption": {"audio_lead_ms": None}},
+    "semantic_vad": {"type": "semantic_vad"},
+}
+PAUSED = [
+    ("I would like to know", "the capital of France."),
+    ("Can you tell me", "what color the sky is?"),
+    ("I was wondering", "how many legs a dog has."),
+    ("Please tell me", "the name of a yellow fruit."),
+]
+BACKCHANNELS = ["Yeah.", "Mm-hmm.", "Mm hmm.", "Uh-huh.", "Right.", "Okay.", None]
+"""``None``: a cough (a noise burst of 0.4 s). Piper says "Mm-hmm." so that tiny.en hears
+words ("Hey, no, no."); spaced, it hums ("MMMM.")."""
+INTERRUPTIONS = [
+    "Wait, stop.",
+    "No, tell me about cats instead.",
+    "Stop, please.",
+    "Hold on, what is the capital of Germany?",
+]
+
+
+OBSERVE_S = 3.0
+"""How long after the speech ended a round looks for what it caused (a decision takes at
+most the speech plus one STT call; an incomplete turn waits up to 2 s under semantic_vad)."""
+
+
+def cough() -> bytes:
+    """A noise burst of 0.4 s that decays, as a cough does."""
+    samples = int(0.4 * SPEECH_RATE)
+    burst = np.random.default_rng(7).standard_normal(samples) * np.exp(-np.linspace(0, 6, samples)) * 0.3
+    return float_to_pcm16(resample(burst.astype(np.float32), SPEECH_RATE, REALTIME_RATE))
+
+
+def paused_sentence(speaker: Speaker, first: str, rest: str) -> bytes:
+    """The whole sentence spoken, with ``PAUSE_S`` put in between ``first`` and ``rest``."""
+    paused, _ = with_pause(speaker.speech(f"{first} {rest}"), len(speaker.speech(first)) // 2)
+    return paused
+
+
+async def bench_paused(url: str, mode: dict[str, Any], speaker: Speaker) -> dict[str, Any]:
+    cut_off = 0
+    for first, rest in PAUSED:
+        async with new_round(url, mode) as round_:
+            await round_.send(silence(0.5) + paused_sentence(speaker, first, rest) + silence(OBSERVE_S))
+            turns = round_.count("input_audio_buffer.committed")
+        cut_off += turns > 1
+        print(f"  paused '{first} | {rest}': {turns} turn(s)", flush=True)
+    return {"sentences": len(PAUSED), "cut_off": cut_off}
+
+
+async def bench_backchannels(url: str, mode: dict[str, Any], speaker: Speaker, into_s: float) -> dict[str, Any]:
+    lost = new_turns = 0
+    for said in BACKCHANNELS:
+        async with new_round(url, mode) as round_:
+            answer = await round_.answer_playing(speaker, into_s)
+            since = time.perf_counter()
+            await round_.send((speaker.speech(said) if said else cough()) + silence(OBSERVE_S))
+            done = round_.ended(answer)
+            lost += done is not None and done.response.status == "cancelled"
+            new_turns += round_.count("input_audio_buffer.committed", since)
+        print(f"  backchannel {said or '(cough)'}: answer {done.response.status if done else 'playing on'}", flush=True)
+    return {"said": len(BACKCHANNELS), "answers_lost": lost, "new_turns": new_turns}
+
+
+async def bench_interruptions(
+    url: str, mode: dict[str, Any], speaker: Speaker, into_s: float, loop_lag: LoopLag, repeat: int = 1
+) -> dict[str, Any]:
+    """Each real interruption said ``repeat`` times, ``into_s`` into a long answer. It is stopped
+    when ``speech_started`` comes (a WebSocket client stops its playback there: it has the
+    answer's audio ahead of real time); the answer's ``response.done`` is ``cancelled`` too
+    if it was still being sent, and came before the speech if it had all been sent."""
+    missed, to_stop, to_done, to_last_heard, late, sent_whole = 0, [], [], [], [], 0
+    for said in INTERRUPTIONS * repeat:
+        async with new_round(url, mode) as round_:
+            answer = await round_.answer_playing(speaker, into_s)
+            onset, _ = await round_.send(speaker.speech(said) + silence(OBSERVE_S))
+            started = [s for s, e in round_.log if e.type == "input_audio_buffer.speech_started" and s >= onset]
+            stop = started[0] if started else None
+            done = next(((s, e) for s, e in round_.log if e.type == "response.done" and e.response.id == answer), None)
+            old_audio = [
+                (s, len(base64.b64decode(e.delta)) / (2 * REALTIME_RATE))
+                for s, e in round_.log
+                if e.type == "response.output_audio.delta" and e.response_id == answer
+            ]
+        status = None if done is None else done[1].response.status
+        sent_before = status == "completed" and stop is not None and done is not None and done[0] <= stop
+        if stop is None or not (sent_before or status == "cancelled"):
+            missed += 1
+            heard = "no speech_started" if stop is None else f"speech_started {(stop - onset) * 1000:.0f} ms"
+            answer_end = "no response.done" if done is None else f"{status} {(done[0] - onset) * 1000:.0f} ms"
+            print(f"  interruption '{said}': missed ({heard}; the answer: {answer_end})", flush=True)
+            continue
+        to_stop.append((stop - onset) * 1000)
+        late.append(loop_lag.worst_ms(onset, stop))
+        to_last_heard.append((last_heard(old_audio, onset, stop) - onset) * 1000)
+        if sent_before:
+            sent_whole += 1
+        else:
+            assert done is not None
+            to_done.append((done[0] - onset) * 1000)
+        how = "its audio all sent before" if sent_before else f"response.done {to_done[-1]:.0f} ms"
+        print(
+            f"  interruption '{said}': last heard {to_last_heard[-1]:.0f} ms, speech_started"
+            f" {to_stop[-1]:.0f} ms after the onset ({how}; client loop late up to {late[-1]:.0f} ms)",
+            flush=True,
+        )
+    return {
+        "said": len(INTERRUPTIONS) * repeat,
+        "missed": missed,
+        "onset_to_stop_ms": percentiles(to_stop),
+        "onset_to_done_ms": percentiles(to_done),
+        "answers_all_sent_before": sent_whole,
+        "onset_to_last_heard_ms": percentiles(to_last_heard),
+        "client_loop_late_ms": percentiles(late),
+    }
+
+
+async def bench_voice_to_voice(url: str, mode: dict[str, Any], speaker: Speaker, repeat: int = 1) -> dict[str, Any]:
+    """Each question asked ``repeat`` times; with the server's own timeline of the answers
+    (medians of each step, from the end of the turn)."""
+    latencies, answers = [], []
+    for question in QUESTIONS * repeat:
+        async with new_round(url, mode) as round_:
+            speech = speaker.speech(question)
+            _, speech_end = await round_.send(speech + silence(3.0), voiced_bytes=len(speech))  # a live mic
+            at, first = await wait_for(round_.log, lambda e: e.type == "response.output_audio.delta", 60)
+        latencies.append((at - speech_end) * 1000)
+        answers.append(str(first.response_id))
+    return {
+        "turns": len(latencies),
+        "voice_to_voice_ms_p50": percentile(latencies, 50),
+        "voice_to_voice_ms_p95": percentile(latencies, 95),
+        "server": breakdown(server_timelines(url, answers)),
+    }
+
+
+def first_silence_after(sound_at: list[float], since: float, gap_s: float = 0.2) -> float | None:
+    """When the sound heard after ``since`` first stopped for ``gap_s`` (its last frame),
+    whether or not it came back."""
+    heard = [t for t in sound_at if t >= since]
+    return next((t for t, after in zip(heard, [*heard[1:], math.inf], strict=True) if after - t >= gap_s), None)
+
+
+async def bench_webrtc(url: str, mode: dict[str, Any], speaker: Speaker, loop_lag: LoopLag) -> dict[str, Any]:
+    """Over a WebRTC call (the server plays the answer): speech over it pauses the track at
+    once; ``onset_to_silence_ms`` is from the first frame of it sent to the last frame of the
+    answer's sound before a silence of 200 ms, and whether the answer then survived."""
+    rounds = {"interruption": INTERRUPTIONS[0], "backchannel": "Yeah."}
+    result: dict[str, Any] = {}
+    for kind, said in rounds.items():
+        call = Call()
+        status, answer_sdp = await call.dial(url.replace("ws", "http", 1) + "/realtime/calls")
+        assert status == 201, answer_sdp
+        try:
+            await call.until(lambda e: e["type"] == "session.created")
+            session = {"type": "realtime", "audio": {"input": {"turn_detection": mode}}}
+            call.channel.send(json.dumps({"type": "session.update", "session": session}))
+            await call.until(lambda e: e["type"] == "session.updated")
+            await call.microphone.say(speaker.speech(LONG_QUESTION) + silence(1.0))
+            started = await call.until(lambda e: e["type"] == "output_audio_buffer.started", 90)
+            answer = started["response_id"]
+            while not call.sound_at or call.sound_at[-1] - call.sound_at[0] < 1.0:  # 1 s into the answer
+                await asyncio.sleep(0.05)  # polling the caller's own track: it has no event per frame
+            onset, onset_counter = time.monotonic(), time.perf_counter()
+            await call.microphone.say(speaker.speech(said) + silence(OBSERVE_S))
+            stopped = first_silence_after(call.sound_at, onset)
+            measured_s = (time.monotonic() if stopped is None else stopped) - onset
+            done = next((e for e in call.of_type("response.done") if e["response"]["id"] == answer), None)
+            result[kind] = {
+                "said": said,
+                "onset_to_silence_ms": None if stopped is None else round((stopped - onset) * 1000, 1),
+                "answer": done["response"]["status"] if done else "playing on",
+                "client_loop_late_ms": loop_lag.worst_ms(onset_counter, onset_counter + measured_s),
+            }
+            print(f"  webrtc {kind} '{said}': {result[kind]}", flush=True)
+        finally:
+            await call.hang_up()
+    return result
+
+
+PARTS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "paused": bench_paused,
+    "backchannels": bench_backchannels,
+    "interruptions": bench_interruptions,
+    "voice_to_voice": bench_voice_to_voice,
+    "webrtc": bench_webrtc,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.add(parser, url=None, config=LOCAL_CONFIG)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="say each real interruption, and ask each question, this many times"
+    )
+    parser.add_argument(
+        "--into-s", type=float, default=1.0, help="how far into an answer its listener speaks over it (default 1 s)"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    with served(args.url, args.config) as url:
+        speaker = Speaker()
+        for said in (*INTERRUPTIONS, *filter(None, BACKCHANNELS)):
+            speaker.speech(said)  # now, not on the client's loop while an answer streams in (it stalled the sending)
+        result: dict[str, Any] = {}
+        async with LoopLag() as loop_lag:
+            for name in args.modes:
+                print(f"{name}:", flush=True)
+                result[name] = {}
+                for part in args.parts:
+                    extra: dict[str, Any] = {"into_s": args.into_s} if part in ("interruptions", "backchannels") else {}
+                    if part in ("interruptions", "voice_to_voice"):
+                        extra["repeat"] = args.repeat
+                    if part in ("interruptions", "webrtc"):
+                        extra["loop_lag"] = loop_lag
+                    result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
+                print(json.dumps({name: result[name]}), flush=True)
+    print(json.dumps(result))
