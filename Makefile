@@ -98,11 +98,17 @@ test: lint assets
 		$(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py \
 		"tests/e2e/test_session_resume.py::test_a_redeploy_drains_the_old_replicas_sessions_and_they_resume_on_the_new_one"
 
-# Every test that needs no Ray cluster and no model (the session's parts on fakes, the
-# cancel scope, the chart, the load-test CLI), in well under a minute; `make test` runs all.
-.PHONY: test-fast
+# The three tiers, by what a test needs (each test has one marker; tests/conftest.py checks):
+# test-fast: no Ray cluster, no model (the session's parts on fakes, the cancel scope, the
+# chart, the load client against its echo server), about 2 minutes; test-serve adds Ray and
+# Serve with the synthetic engines (the serving layer: cancel across processes, failures,
+# resume, the launcher, the scenarios), no model; `make test` adds the real models.
+.PHONY: test-fast test-serve
 test-fast: install-dev
 	$(PY) -m pytest -m fast -q
+
+test-serve: install-dev
+	$(PY) -m pytest -m "not models" -q --durations=10
 
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
 TYPED := cancel handlers deployments loadtest cluster examples/talk.py examples/chat.py helm/values_schema.py

@@ -83,10 +83,32 @@ def speak(tts: TextToSpeech) -> Callable[..., np.ndarray]:
     return _speak
 
 
+TIERS = ("fast", "serve", "models")
+MODEL_FIXTURES = {"tts", "stt", "speak", "pcm24k", "vad", "llm", "realtime_url", "connect"}
+"""Fixtures that load a real model, or serve the app on the real ones."""
+RAY_FIXTURES = {"ray_local", "serve_port"}
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The one tier a test is marked with; an error if it has none, several, or one that its
+    fixtures belie (a tier must be true for ``-m`` to be)."""
+    tiers = {marker.name for marker in item.iter_markers()} & set(TIERS)
+    if len(tiers) != 1:
+        raise pytest.UsageError(f"{item.nodeid}: marked {sorted(tiers) or 'with no tier'}; mark it one of {TIERS}")
+    (tier,) = tiers
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if tier != "models" and fixtures & MODEL_FIXTURES:
+        raise pytest.UsageError(f"{item.nodeid}: marked {tier} but uses {sorted(fixtures & MODEL_FIXTURES)}")
+    if tier == "fast" and fixtures & RAY_FIXTURES:
+        raise pytest.UsageError(f"{item.nodeid}: marked fast but uses {sorted(fixtures & RAY_FIXTURES)}")
+    return tier
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A warning fails a fast test: they run only our code and libraries that allow it (the
-    slow ones drive Ray, vLLM and the frameworks, whose own warnings are not ours to fix)."""
+    """Every test's tier is checked. A warning fails a fast test: they run only our code and
+    libraries that allow it (the others drive Ray, vLLM and the frameworks, whose own warnings
+    are not ours to fix)."""
     for item in items:
-        if item.get_closest_marker("fast") is not None:
+        if tier_of(item) == "fast":
             item.add_marker(pytest.mark.filterwarnings("error"))

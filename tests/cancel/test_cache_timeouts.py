@@ -9,7 +9,8 @@ from scope_worker import ScopeWorker, SilentHost
 
 from cancel import ScopeDirectory, ScopeTicket
 
-pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
+"""Ray, no model: part of ``make test-serve``."""
 
 POLL_TIMEOUT_S = 0.2
 

@@ -14,7 +14,8 @@ from ray.util.state.exception import ServerUnavailable
 
 from cancel import ScopeDirectory, ScopePlacementConfig, placement
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.serve, pytest.mark.timeout(60)]
+"""Ray, no model: part of ``make test-serve``."""
 
 
 async def test_cancel_is_observed_by_a_worker_in_another_process(

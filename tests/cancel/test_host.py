@@ -11,7 +11,8 @@ from ray.actor import ActorHandle
 from cancel import ScopeHost
 from cancel.host import NO_EPOCH
 
-pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
+"""Ray, no model: part of ``make test-serve``."""
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from ray.serve.handle import DeploymentHandle
 
 from cancel import ScopeCache, ScopeDirectory, ScopePlacementConfig, ScopeTicket, ScopeView
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.serve, pytest.mark.timeout(120)]
+"""Ray, no model: part of ``make test-serve``."""
 
 
 @serve.deployment(max_ongoing_requests=100)

@@ -2,13 +2,13 @@
 
 import asyncio
 
-import pydantic
 import pytest
 
 from cancel import ScopeDirectory, ScopePlacementConfig, SessionScope
 from cancel.host import NO_EPOCH
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.serve, pytest.mark.timeout(60)]
+"""Ray, no model: part of ``make test-serve``."""
 
 
 async def test_cancel_is_local_at_once_and_published_in_order(directory: ScopeDirectory) -> None:
@@ -65,14 +65,6 @@ async def test_close_is_idempotent_and_forgets_the_session(
     assert shared_directory.open_sessions == 0
     await scope.flush()  # nothing left to publish
     assert await host_state(scope) is None
-
-
-def test_placement_config_rejects_bad_values() -> None:
-    assert ScopePlacementConfig() == ScopePlacementConfig(mode="shared", num_hosts=2)
-    with pytest.raises(pydantic.ValidationError):
-        ScopePlacementConfig(num_hosts=0)
-    with pytest.raises(pydantic.ValidationError):
-        ScopePlacementConfig(mode="per-node")  # type: ignore[arg-type]
 
 
 async def host_state(scope: SessionScope) -> tuple[int, int] | None:

@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 DRIVER = Path(__file__).with_name("simulated_gpu_cluster.py")
 GPU_DEPLOYMENTS = {"STT", "LLM", "TTS"}
 ANSWER_WORDS = 40

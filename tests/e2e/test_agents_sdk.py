@@ -20,10 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from agents import RunContextWrapper, function_tool
 from agents.realtime import RealtimeAgent, RealtimeRunner, RealtimeSession
 from agents.realtime.model_inputs import RealtimeModelSendSessionUpdate
 from openai.types.responses.tool_choice_function import ToolChoiceFunction
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 TURN_TIMEOUT_S = 90
 FRAME_BYTES = 24_000 * 2 // 10  # 100 ms of PCM16 at 24 kHz

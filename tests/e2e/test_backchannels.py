@@ -6,10 +6,14 @@ server's default, which the test app turns off), so a candidate pauses it."""
 
 import base64
 
+import pytest
 from realtime_client import LONG_QUESTION, Client, assert_heard
 
 from handlers.audio import REALTIME_RATE
 from loadtest.client import listener
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 FOLLOW_UP = "What is the capital of France?"
 LEAD_MS = 200

@@ -8,10 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import ray
 from realtime_client import APP_NAME, LONG_QUESTION, is_done
 
 from handlers.audio import REALTIME_RATE, float_to_pcm16
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 
 class AppLogs:

@@ -9,6 +9,14 @@ from ray.serve.schema import ServeDeploySchema
 from deployments.app import build_app
 from deployments.config import AppConfig
 
+pytestmark = [
+    pytest.mark.fast,
+    # cluster/loadtest.yaml's TTS autoscaling pushes metrics every second (metrics_interval_s):
+    # Ray deprecates the field for environment variables, and still honours it.
+    pytest.mark.filterwarnings("ignore:The `metrics_interval_s` field:DeprecationWarning"),
+]
+"""No Ray cluster and no model: part of ``make test-fast``."""
+
 CLUSTER = Path(__file__).parents[2] / "cluster"
 
 

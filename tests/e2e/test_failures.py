@@ -26,6 +26,9 @@ from deployments.realtime.failover import REPLICA_FAILOVER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import question_tone
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 APP = "voice-failures"
 ANSWER_WORDS = 40
 

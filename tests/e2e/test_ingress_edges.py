@@ -25,6 +25,9 @@ from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import question_tone
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 APP = "voice-edges"
 GUARDED_APP = "voice-guarded"
 MAX_SESSIONS = 4
@@ -330,3 +333,22 @@ async def test_a_client_that_vanishes_mid_flood_frees_its_session_at_once(edges:
 def sessions(edges: str) -> int:
     with urllib.request.urlopen(f"http://{edges}/healthz", timeout=10) as reply:
         return int(json.loads(reply.read())["sessions"])
+
+
+async def test_shutdown_closes_open_sessions_with_going_away(serve_port: int) -> None:
+    """On an application of its own (synthetic engines: it starts in seconds), so deleting it
+    leaves the suite's application to the tests after it, in any order."""
+    tiny = {"num_cpus": 0.01}
+    config = {
+        "synthetic": {},
+        "ingress": {"max_sessions": 2, "deployment": {**tiny, "max_ongoing_requests": 4}, "shutdown_poll_s": 0.5},
+        **{stage: {"deployment": tiny} for stage in ("vad", "stt", "llm", "tts")},
+    }
+    serve.run(build_app(config), name="voice-shutdown", route_prefix="/shutdown")
+    async with connect(f"ws://127.0.0.1:{serve_port}/shutdown/v1/realtime?model=s2s") as client:
+        created = json.loads(await asyncio.wait_for(client.recv(), 10))
+        assert created["type"] == "session.created"
+        deleting = asyncio.ensure_future(asyncio.to_thread(serve.delete, "voice-shutdown"))
+        await asyncio.wait_for(client.wait_closed(), 30)
+        await deleting
+    assert client.close_code == 1001

@@ -12,6 +12,9 @@ from realtime_client import Client, audio_of, open_client, sessions_released
 
 from handlers.audio import REALTIME_RATE
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 STORIES = [
     "Tell me a long story about a brave knight and a dragon.",
     "Tell me a long story about a pirate who finds a treasure.",

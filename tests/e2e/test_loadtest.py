@@ -27,6 +27,7 @@ def synthetic_url(serve_port: int, request: pytest.FixtureRequest) -> Iterator[s
     serve.delete(name)
 
 
+@pytest.mark.serve
 async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, tmp_path: Path) -> None:
     """With backchannels said over answers too (none of them may cut one, or be answered), and
     questions paused mid-sentence: OpenAI's 500 ms rule, which this app keeps, answers the
@@ -66,6 +67,7 @@ async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, 
     assert all(Path(plot).stat().st_size > 10_000 for plot in summary["plots"])
 
 
+@pytest.mark.models
 async def test_real_models_two_interrupting_sessions(realtime_url: str, tmp_path: Path) -> None:
     url = f"{realtime_url}/realtime"
     config = LoadConfig(

@@ -24,6 +24,9 @@ from handlers.synthetic import question_tone
 from loadtest.benchmarks import telephony
 from loadtest.client.twilio_caller import TwilioCaller
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 APP = "voice-phone"
 TINY = {"num_cpus": 0.01}
 

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from loguru import logger
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
@@ -60,6 +61,9 @@ from pipecat.services.llm_service import FunctionCallParams
 from pipecat.services.openai.realtime import events
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.workers.runner import WorkerRunner
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 TURN_TIMEOUT_S = 90
 RATE = 24_000

@@ -11,12 +11,15 @@ import json
 import urllib.request
 
 import jiwer
+import pytest
 import websockets
 from ray import serve
 from realtime_client import APP_NAME, MAX_SESSIONS, assert_heard, audio_of, is_done, normalise
 
-from deployments.app import build_app
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 LONG_QUESTION = "Tell me a long story about a brave knight and a dragon."
 SPOKEN_S_PER_WORD = 0.15
@@ -249,22 +252,3 @@ async def test_disconnect_mid_response_leaves_nothing_behind(connect, pcm24k, re
     async with asyncio.timeout(20):
         while not await settled():  # the close travels through Serve and Ray: poll until it lands
             await asyncio.sleep(0.2)
-
-
-async def test_shutdown_closes_open_sessions_with_going_away(serve_port: int) -> None:
-    """On an application of its own (synthetic engines: it starts in seconds), so deleting it
-    leaves the suite's application to the tests after it, in any order."""
-    tiny = {"num_cpus": 0.01}
-    config = {
-        "synthetic": {},
-        "ingress": {"max_sessions": 2, "deployment": {**tiny, "max_ongoing_requests": 4}, "shutdown_poll_s": 0.5},
-        **{stage: {"deployment": tiny} for stage in ("vad", "stt", "llm", "tts")},
-    }
-    serve.run(build_app(config), name="voice-shutdown", route_prefix="/shutdown")
-    async with websockets.connect(f"ws://127.0.0.1:{serve_port}/shutdown/v1/realtime?model=s2s") as client:
-        created = json.loads(await asyncio.wait_for(client.recv(), 10))
-        assert created["type"] == "session.created"
-        deleting = asyncio.ensure_future(asyncio.to_thread(serve.delete, "voice-shutdown"))
-        await asyncio.wait_for(client.wait_closed(), 30)
-        await deleting
-    assert client.close_code == 1001

@@ -10,7 +10,11 @@ import base64
 import json
 
 import jiwer
+import pytest
 from realtime_client import is_done
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 HEARD_WER = 0.4
 """Word error of what tiny.en hears of a spoken question: a misheard word or two, never a

@@ -11,6 +11,9 @@ from realtime_client import assert_heard, normalise
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from loadtest.client.prompts import PAUSE_S, with_pause
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 SENTENCE = "I would like to know the capital of France."
 FIRST_WORDS = "I would like to know"
 TRAILING_S = 3.0

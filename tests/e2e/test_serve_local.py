@@ -25,6 +25,9 @@ from websockets.asyncio.client import connect
 
 from deployments.ports import free_port
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 STOP_LIMIT_S = 15.0
 
 

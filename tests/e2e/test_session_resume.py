@@ -27,6 +27,9 @@ from handlers.synthetic import question_tone
 from loadtest.client.report import write
 from loadtest.client.run import LoadConfig, run_load
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 APP = "voice-resume"
 TINY = {"num_cpus": 0.01}
 

@@ -23,6 +23,9 @@ from handlers.audio import SPEECH_RATE, resample
 from handlers.stt import SpeechToText
 from loadtest.client.twilio_caller import TwilioCaller
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 SPOKEN_S_PER_WORD = 0.15
 MAX_S_PER_WORD = 1.0
 """Bounds of a spoken answer's length per word of its transcript (Piper speaks ~0.3 s a word)."""

@@ -8,8 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from handlers.audio import SPEECH_RATE, float_to_pcm16
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "talk.py"
 

@@ -16,6 +16,9 @@ from voice_page import ANSWER_SOUNDING, PLAYED_OUT, STOP_WITHIN_MS, hang_up, ope
 
 from handlers.audio import SPEECH_RATE, float_to_pcm16
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 ARTIFACTS = Path(__file__).parents[1] / "artifacts"
 
 

@@ -20,6 +20,9 @@ from voice_page import ANSWER_SOUNDING, PLAYED_OUT, STOP_WITHIN_MS, hang_up, ope
 from deployments.realtime.interruptions import InterruptionRules
 from handlers.synthetic import backchannel_tone, question_tone
 
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 PAGE_APP = "voice-page-paced"
 LEAD_MS = InterruptionRules().audio_lead_ms
 HELD_AT_MOST_MS = 600

@@ -9,11 +9,15 @@ import urllib.request
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from realtime_client import LONG_QUESTION
 
 from deployments.realtime.webrtc import PEER_GONE_AFTER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from loadtest.client.webrtc_call import Call, post_offer
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 
 def sessions(base: str) -> int:

@@ -21,6 +21,9 @@ from handlers.tools import (
     ToolUse,
 )
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 WEATHER = FunctionSpec(
     name="get_weather",
     description="The current weather in a city",

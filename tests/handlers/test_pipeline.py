@@ -26,6 +26,9 @@ from handlers.vad import (
     VoiceActivityDetector,
 )
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 HEARD_WER = 0.4
 """Word error of what tiny.en hears of a spoken question: a misheard word or two (0.17 each in
 six words), never a different question (1.0)."""

@@ -4,6 +4,9 @@ import pytest
 from handlers.audio import b64_audio_decode, b64_pcm16_encode, float_to_pcm16, pcm16_to_float, resample
 from handlers.text import SpeechChunker
 
+pytestmark = pytest.mark.fast
+"""No Ray cluster and no model: part of ``make test-fast``."""
+
 
 def test_first_chunk_is_cut_at_a_clause() -> None:
     chunker = SpeechChunker(first_chunk_max_words=5)

@@ -17,6 +17,9 @@ from handlers.vad import (
     VoiceActivityDetector,
 )
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 PROMPTS = ("What is the capital of France?", "Good morning to you.", "Tell me, please, a short story about a cat.")
 
 

@@ -31,6 +31,9 @@ from loadtest.client.session_log import SessionListener
 from loadtest.client.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 from loadtest.doubles.echo_server import ANSWER_S, EchoServer
 
+pytestmark = pytest.mark.fast
+"""No Ray cluster and no model: part of ``make test-fast``."""
+
 ANSWER_BYTES = int(ANSWER_S * REALTIME_RATE) * 2
 
 

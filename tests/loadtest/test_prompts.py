@@ -1,9 +1,13 @@
 """The load test's paused questions: each is said in two halves, the pause between words."""
 
 import numpy as np
+import pytest
 
 from handlers.audio import REALTIME_RATE
 from loadtest.client.prompts import LAST_WORD_S, PAUSE_S, spoken_prompts, tone_prompts
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
 
 
 def halves_ms(pcm16: bytes) -> tuple[float, float]:

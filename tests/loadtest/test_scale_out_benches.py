@@ -9,6 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.serve
+"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+
 BENCH_TIMEOUT_S = 600
 """A slow CI host took 219 s for the two-node bench (Ray, two nodes, HAProxy, the app): the
 limit only ends a hung bench."""

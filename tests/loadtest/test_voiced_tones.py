@@ -10,6 +10,9 @@ from handlers.synthetic import ToneTranscriber
 from handlers.vad import SpeechStopped, TurnDetection, VADState, VoiceActivityDetector
 from loadtest.client.prompts import tone_prompts
 
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
 
 def heard(detector: VoiceActivityDetector, pcm16: bytes) -> tuple[list[SpeechStopped], np.ndarray]:
     audio = resample(pcm16_to_float(pcm16), REALTIME_RATE, SPEECH_RATE)
