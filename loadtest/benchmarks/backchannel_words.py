@@ -126,6 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-look-ms", type=int, nargs="+", default=[150, 300])
     parser.add_argument("--recheck-ms", type=int, default=RECHECK_MS, help="what if the gate looked again this often")
     parser.add_argument("--over-answer-prompt", default=HUMS, help="Whisper's previous text for a look ('': none)")
+    parser.add_argument("--phrases", type=options.positive_int, help="only the first this many of each kind")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -134,8 +135,9 @@ def main(args: argparse.Namespace) -> None:
     stt = SpeechToText(settings)
     gate = Gate(stt, VoiceActivityDetector(), args.recheck_ms)
     rng = np.random.default_rng(args.seed)
-    report = {ms: {said: Phrase(kind) for kind, said in phrases()} for ms in args.first_look_ms}
-    for kind, said in phrases():
+    said_here = list(phrases(args.phrases))
+    report = {ms: {said: Phrase(kind) for kind, said in said_here} for ms in args.first_look_ms}
+    for kind, said in said_here:
         for speech in renderings(tts, said, rng):
             for ms in args.first_look_ms:
                 looks, phrase = gate.look(speech, ms), report[ms][said]
@@ -163,6 +165,6 @@ def main(args: argparse.Namespace) -> None:
     print(json.dumps(result))
 
 
-def phrases() -> Iterator[tuple[str, str]]:
-    yield from (("backchannel", said) for said in BACKCHANNELS)
-    yield from (("interruption", said) for said in INTERRUPTIONS)
+def phrases(limit: int | None = None) -> Iterator[tuple[str, str]]:
+    yield from (("backchannel", said) for said in BACKCHANNELS[:limit])
+    yield from (("interruption", said) for said in INTERRUPTIONS[:limit])

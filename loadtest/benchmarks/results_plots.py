@@ -19,6 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from loadtest import options
+
 # The newest serving-layer load test with barge-ins: the committed config, `ray` store (2026-12-06).
 LATENCY_REPORT = ("session-store/batched-on-120.json", "120 sessions, synthetic engines, 2026-12-06")
 ANSWER_PATH = {
@@ -47,7 +49,7 @@ SYNTHETIC: list[tuple[str, dict[int, list[str]]]] = [
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the reports are read from and the PNGs written to."""
     parser.add_argument("--reports-dir", type=Path, default=Path("docs/bench"), help="docs/bench (default)")
-    parser.add_argument("--out-dir", type=Path, default=Path("docs/bench/plots"), help="docs/bench/plots (default)")
+    options.add(parser, out_dir=Path("docs/bench/plots"))
 
 
 def load(reports_dir: Path, name: str) -> dict[str, Any]:

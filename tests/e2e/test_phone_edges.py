@@ -21,7 +21,7 @@ from deployments.app import build_app
 from deployments.realtime.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import question_tone
-from loadtest.benchmarks import telephony
+from loadtest import cli
 from loadtest.client.twilio_caller import TwilioCaller
 
 pytestmark = pytest.mark.serve
@@ -91,16 +91,13 @@ async def test_a_call_with_the_key_is_answered_and_streams_without_it_are_refuse
         assert len(good.answered()[0].audio) > 8000 * 0.5, "the answer's audio, at 8 kHz"
 
 
-async def test_the_load_tests_telephony_mode_holds_interrupting_calls(phone: str) -> None:
+async def test_the_load_tests_telephony_mode_holds_interrupting_calls(
+    phone: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A smoke size of ``s2s-bench telephony``: every call answered, every barge-in cleared."""
-    report = await telephony.run(
-        f"ws://{phone.removesuffix('/twilio')}",
-        2,
-        duration_s=6,
-        ramp_s=0,
-        interrupt_rate=0.5,
-        seed=1,
-        api_key=os.environ["S2S_E2E_API_KEY"],
-    )
+    argv = ["telephony", "--url", f"ws://{phone.removesuffix('/twilio')}", "--sessions", "2", "--duration-s", "6"]
+    argv += ["--ramp-s", "0", "--interrupt-rate", "0.5", "--seed", "1", "--api-key-env", "S2S_E2E_API_KEY"]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["failed_calls"] == [] and report["answers"] >= 2, report
     assert report["barge_ins_not_cleared"] == 0, report

@@ -19,12 +19,13 @@ BENCH_TIMEOUT_S = 600
 limit only ends a hung bench."""
 
 
-def run_bench(module: str, *args: str) -> dict[str, Any]:
-    """Runs ``python -m <module> <args>``; its last line of output is its JSON report."""
+def run_bench(name: str, *args: str) -> dict[str, Any]:
+    """Runs ``s2s-bench <name> <args>`` in a process of its own (it starts its own Ray); its
+    last line of output is its JSON report."""
     done = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, check=False
+        [sys.executable, "-m", "loadtest", name, *args], capture_output=True, text=True, timeout=BENCH_TIMEOUT_S
     )
-    assert done.returncode == 0, f"{module} failed:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"s2s-bench {name} failed:\n{done.stderr[-4000:]}"
     report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return report
 
@@ -42,7 +43,7 @@ def assert_clean(counts: dict[str, Any]) -> None:
 
 def test_scaling_bench_spreads_the_load_over_the_tts_replicas_it_fixes(tmp_path: Path) -> None:
     report = run_bench(
-        "loadtest.scenarios.scaling",
+        "scaling",
         *("--replicas", "2", "--sessions", "4", "--duration-s", "8", "--ramp-s", "1"),
         *("--interrupt-rate", "0.3", "--out-dir", str(tmp_path)),
     )
@@ -56,7 +57,7 @@ def test_scaling_bench_spreads_the_load_over_the_tts_replicas_it_fixes(tmp_path:
 
 def test_two_node_bench_puts_an_ingress_on_each_node_and_both_carry_sessions(tmp_path: Path) -> None:
     report = run_bench(
-        "loadtest.scenarios.two_node",
+        "two-node",
         *("--sessions", "6", "--duration-s", "12", "--ramp-s", "2", "--out", str(tmp_path / "two-node.json")),
     )
     assert report["one_ingress_replica_per_node"], report["ingress_replicas"]

@@ -1,0 +1,44 @@
+"""The benchmarks that talk to a served app, at a smoke size through ``s2s-bench``, against
+the suite's app on the real models (tests/loadtest/test_bench_smoke.py has the others): each
+goes through its whole path and ends with its JSON object; the figures are not asserted."""
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from loadtest import cli
+
+pytestmark = pytest.mark.models
+"""The real models: only ``make test`` runs these."""
+
+
+async def run_here(name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``s2s-bench <name> <argv>`` in this process, on a thread (its own event loop): the last
+    line of its output is its JSON object."""
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli.main, [name, *argv]) == 0
+    report: dict[str, Any] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return report
+
+
+async def test_e2e_times_turns_barge_ins_and_a_webrtc_call(
+    realtime_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = await run_here("e2e", ["--url", realtime_url, "--turns", "1", "--barge-ins", "1"], capsys)
+    assert report["turns"] == report["barge_in_rounds"] == report["webrtc_turns"] == 1, report
+    assert report["voice_to_voice_ms_p50"] and report["webrtc_voice_to_voice_ms_p50"], report
+
+
+async def test_turns_times_voice_to_voice_under_a_mode(realtime_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--url", realtime_url, "--modes", "server_vad", "--parts", "voice_to_voice"]
+    report = await run_here("turns", argv, capsys)
+    assert report["server_vad"]["voice_to_voice"]["turns"] >= 1, report
+
+
+async def test_phone_times_a_phone_turn_beside_a_realtime_one(
+    realtime_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = await run_here("phone", ["--url", realtime_url, "--turns", "1"], capsys)
+    assert report["turns"] == report["phone_turns"] == 1, report
