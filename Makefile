@@ -85,30 +85,45 @@ serve-loadtest: install
 demo: install assets
 	$(PY) -m handlers.demo
 
-# Lint first: a type or style error fails in seconds, not after the ten-minute suite.
-# Then cancel isolation, the clean log and a redeploy's drain again on the data path `make run`
-# serves through (HAProxy, in Ray's high-throughput mode): there the WebSocket handler runs in
-# the replica's own HTTP server, not in a Serve request, calls go over gRPC, and a stopped
-# replica's HTTP server cuts what is still open once its drain window ends. That mode buffers replica
-# log lines (all but ERROR) 1000 at a time: unbuffered here, so the log test sees every line.
+# Lint first: a type or style error fails in seconds, not after the suite. Then the suite in two
+# processes at once, each with a Ray of its own: alone, each spends most of its run waiting on
+# real-time audio, Ray and Serve (2 cores about 40 % busy), so together they take about the
+# longer one's time (docs/testing.md):
+# - the real models' tests and the fast tier (-m "models or fast"), with the redeploy drain test
+#   (marked haproxy), on the data path `make run` and the chart serve through: Ray's HAProxy in
+#   its high-throughput mode. There the WebSocket handler runs in the replica's own HTTP
+#   server, not in a Serve request, calls go over gRPC, and a stopped replica's HTTP server
+#   cuts what is still open once its drain window ends. That mode buffers replica log lines
+#   (all but ERROR) 1000 at a time: unbuffered here, so the clean-log test sees every line.
+#   Its output goes to $(MODELS_LOG), printed when it ends;
+# - the serve and cluster tiers (-m "serve or cluster") through Serve's Python proxy, at a lower
+#   CPU priority (nice 5), so the model tests' timing stays theirs.
 # --durations: CI's log says which tests cost the suite its time.
+MODELS_LOG := $(VENV)/test-models.log
+SUITE_ON_HAPROXY := S2S_E2E_DATA_PATH=haproxy RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE=1
 test: lint assets
-	$(PY) -m pytest --durations=15
-	S2S_E2E_DATA_PATH=haproxy RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE=1 \
-		$(PY) -m pytest tests/e2e/test_isolation.py tests/e2e/test_clean_log.py \
-		"tests/e2e/test_session_resume.py::test_a_redeploy_drains_the_old_replicas_sessions_and_they_resume_on_the_new_one"
+	@$(SUITE_ON_HAPROXY) $(PY) -m pytest -m "models or fast or haproxy" --durations=15 > $(MODELS_LOG) 2>&1 & \
+	models=$$!; nice -n 5 $(PY) -m pytest -m "serve or cluster" --durations=15; rest=$$?; \
+	wait $$models; ran=$$?; echo "=== -m 'models or fast or haproxy', through HAProxy ==="; \
+	cat $(MODELS_LOG); exit $$(( rest || ran ))
 
-# The three tiers, by what a test needs (each test has one marker; tests/conftest.py checks):
-# test-fast: no Ray cluster, no model (the session's parts on fakes, the cancel scope, the
-# chart, the load client against its echo server), about 2 minutes; test-serve adds Ray and
-# Serve with the synthetic engines (the serving layer: cancel across processes, failures,
-# resume, the launcher, the scenarios), no model; `make test` adds the real models.
+# The tiers, by what a test needs (each test has one marker; tests/conftest.py checks;
+# docs/testing.md): test-fast: no Ray cluster, no model (the session's parts on fakes, the
+# cancel scope, the chart, the load client against its echo server); test-serve adds the
+# suite's Ray and Serve with the synthetic engines (the serving layer: cancel across
+# processes, failures, resume, load, phone calls), no model; `make test` adds the tests that
+# start clusters of their own (cluster) and the real models (models).
 .PHONY: test-fast test-serve
 test-fast: install-dev
 	$(PY) -m pytest -m fast -q
 
 test-serve: install-dev
-	$(PY) -m pytest -m "not models" -q --durations=10
+	$(PY) -m pytest -m "fast or serve" -q --durations=10
+
+# The model tests alone, as `make test` runs them (through HAProxy).
+.PHONY: test-models
+test-models: install-dev assets
+	$(SUITE_ON_HAPROXY) $(PY) -m pytest -m "models or haproxy" -q --durations=10
 
 # ruff over the whole tree; mypy over every package (pydantic's plugin checks the configs).
 TYPED := cancel handlers deployments loadtest cluster examples/talk.py examples/chat.py helm/values_schema.py

@@ -28,7 +28,12 @@ REPLICA_PREFIX = "ServeReplica:"
 
 def replicas_on(node_id: str) -> list[str]:
     """The Serve replicas alive on the node (their actor class names)."""
-    alive = list_actors(filters=[("node_id", "=", node_id), ("state", "=", "ALIVE")], limit=10_000)
+    alive = list_actors(
+        # The cluster this process joined, not whichever one /tmp/ray records as current.
+        address=ray.get_runtime_context().gcs_address,
+        filters=[("node_id", "=", node_id), ("state", "=", "ALIVE")],
+        limit=10_000,
+    )
     return [actor.class_name for actor in alive if actor.class_name.startswith(REPLICA_PREFIX)]
 
 

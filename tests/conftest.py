@@ -83,7 +83,7 @@ def speak(tts: TextToSpeech) -> Callable[..., np.ndarray]:
     return _speak
 
 
-TIERS = ("fast", "serve", "models")
+TIERS = ("fast", "serve", "cluster", "models")
 MODEL_FIXTURES = {"tts", "stt", "speak", "pcm24k", "vad", "llm", "realtime_url", "connect"}
 """Fixtures that load a real model, or serve the app on the real ones."""
 RAY_FIXTURES = {"ray_local", "serve_port"}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import ray
 from ray.util.state import list_actors
 
 from loadtest import options
@@ -31,7 +32,8 @@ SAMPLE_S = 10.0
 
 def ingress_processes() -> list[psutil.Process]:
     filters = [("class_name", "=", "ServeReplica:voice:RealtimeIngress"), ("state", "=", "ALIVE")]
-    return [psutil.Process(ingress.pid) for ingress in list_actors(filters=filters)]  # type: ignore[arg-type]
+    actors = list_actors(address=ray.get_runtime_context().gcs_address, filters=filters)  # type: ignore[arg-type]
+    return [psutil.Process(ingress.pid) for ingress in actors]
 
 
 def rss_mb(processes: list[psutil.Process]) -> float:
@@ -51,7 +53,8 @@ def wait_for_no_sessions(port: int, timeout_s: float = 60) -> None:
 
 def live_actors() -> dict[str, int]:
     counts: dict[str, int] = {}
-    for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000):  # type: ignore[arg-type]
+    address = ray.get_runtime_context().gcs_address  # ours, not the machine's current cluster
+    for actor in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=10_000):  # type: ignore[arg-type]
         counts[actor.class_name] = counts.get(actor.class_name, 0) + 1
     return counts
 

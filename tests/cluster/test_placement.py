@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.serve
-"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+pytestmark = pytest.mark.cluster
+"""Ray clusters (or launchers) of its own, synthetic engines: only ``make test`` runs these."""
 
 DRIVER = Path(__file__).with_name("simulated_gpu_cluster.py")
 GPU_DEPLOYMENTS = {"STT", "LLM", "TTS"}

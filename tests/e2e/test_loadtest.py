@@ -19,14 +19,15 @@ SYNTHETIC_APP = "voice-synthetic"
 CLEAN = ("stale_bytes", "leaks", "cut_short", "done_without_created", "timeouts", "disconnects")
 
 
-@pytest.fixture(scope="module", params=["ingress", "deployment"])
-def synthetic_url(serve_port: int, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The serving layer with synthetic engines, beside the real app; VAD in the ingress, or on
-    its deployment with one batched call per tick."""
-    name = f"{SYNTHETIC_APP}-{request.param}"
+@pytest.fixture(scope="module")
+def synthetic_url(serve_port: int) -> Iterator[str]:
+    """The serving layer with synthetic engines, beside the real app, VAD in the ingress (the
+    local profile's). VAD on its own deployment, one batched call per tick, is the GPU
+    profile's: tests/cluster/test_placement.py serves that profile's config across nodes,
+    tests/e2e/test_failures.py kills its replicas, tests/realtime/test_vad_batcher.py batches."""
     synthetic = {"answer_words": 16, "tokens_per_s": 40, "speech_s_per_word": 0.1}
-    yield f"{serve_synthetic(serve_port, name, synthetic, vad_placement=request.param)}/v1/realtime"
-    serve.delete(name)
+    yield f"{serve_synthetic(serve_port, SYNTHETIC_APP, synthetic)}/v1/realtime"
+    serve.delete(SYNTHETIC_APP)
 
 
 @pytest.mark.serve
@@ -54,8 +55,7 @@ async def test_serving_layer_under_50_interrupting_sessions(synthetic_url: str, 
     # Its view has caught up with the run (one export after it): no session left open.
     assert server["scraped_after_end_s"] >= export_interval_s() and server["totals"].get("s2s_active_sessions", 0) == 0
     assert len(summary["server"]["requests_per_replica"]["TTS"]) == 2  # both replicas served
-    if "ingress" in synthetic_url:
-        assert "VAD" not in summary["server"]["requests_per_replica"]  # no VAD deployment at all
+    assert "VAD" not in summary["server"]["requests_per_replica"]  # no VAD deployment at all
     assert "| stale_bytes | 0 |" in (tmp_path / "serving.md").read_text()
     assert all((tmp_path / f"serving-{plot}.png").stat().st_size > 10_000 for plot in ("latency", "timeline"))
 

@@ -25,8 +25,8 @@ from websockets.asyncio.client import connect
 
 from deployments.ports import free_port
 
-pytestmark = pytest.mark.serve
-"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+pytestmark = pytest.mark.cluster
+"""Ray clusters (or launchers) of its own, synthetic engines: only ``make test`` runs these."""
 
 STOP_LIMIT_S = 15.0
 
@@ -63,7 +63,7 @@ def start_launcher(tmp_path: Path, port: int, data_path: str) -> subprocess.Pope
     # Ctrl-C on `make run` (HAProxy, every process of the group signalled) and a supervisor's
     # SIGTERM (the launcher alone, which must then end HAProxy itself). Serve's Python proxy
     # stops through the same launcher code, less HAProxy; its sessions' 1001 close is
-    # test_realtime.py's shutdown test.
+    # test_ingress_edges.py's shutdown test.
     [("haproxy", "ctrl-c"), ("haproxy", "sigterm")],
     ids=["haproxy", "haproxy-sigterm"],
 )

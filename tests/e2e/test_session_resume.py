@@ -132,6 +132,7 @@ async def test_sessions_resume_on_a_new_replica_after_theirs_died_and_wrong_toke
         assert not a.of_type("error") and not b.of_type("error")
 
 
+@pytest.mark.haproxy  # also through HAProxy, where a stopped replica cuts what is open at its drain's end
 async def test_a_redeploy_drains_the_old_replicas_sessions_and_they_resume_on_the_new_one(resume_url: str) -> None:
     """A new version of the app (one changed argument) under two sessions on the same
     replica: the one that asked is told (``session.draining``), both stay open until

@@ -58,16 +58,16 @@ def test_cpu_reads_each_process_roles_cpu_over_a_window() -> None:
     assert report["window_s"] >= 0.5 and "roles" in report
 
 
-@pytest.mark.serve
+@pytest.mark.cluster
 def test_cancel_measures_both_placements() -> None:
     report = run_apart("cancel", "--shared-sessions", "2", "--dedicated-sessions", "1", "--runs", "1")
     for placement in ("shared", "dedicated"):
         assert report[placement]["cancel_to_observed_ms_p99"], report
 
 
-@pytest.mark.serve
+@pytest.mark.cluster
 def test_soak_reports_growth_and_leaked_actors(tmp_path: Path) -> None:
-    report = run_apart("soak", "--minutes", "0.1", "--warmup-s", "3", "--sessions", "2", "--out-dir", str(tmp_path))
+    report = run_apart("soak", "--minutes", "0.05", "--warmup-s", "2", "--sessions", "2", "--out-dir", str(tmp_path))
     assert report["completed_turns"] > 0 and report["leaked_actors"] == {}, report
     assert report["stale_bytes"] == report["leaks"] == 0, report
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.serve
-"""Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
+pytestmark = pytest.mark.cluster
+"""Ray clusters (or launchers) of its own, synthetic engines: only ``make test`` runs these."""
 
 BENCH_TIMEOUT_S = 600
 """A slow CI host took 219 s for the two-node bench (Ray, two nodes, HAProxy, the app): the
