@@ -85,27 +85,22 @@ serve-loadtest: install
 demo: install assets
 	$(PY) -m handlers.demo
 
-# Lint first: a type or style error fails in seconds, not after the suite. Then the suite in two
-# processes at once, each with a Ray of its own: alone, each spends most of its run waiting on
-# real-time audio, Ray and Serve (2 cores about 40 % busy), so together they take about the
-# longer one's time (docs/testing.md):
-# - the real models' tests and the fast tier (-m "models or fast"), with the redeploy drain test
-#   (marked haproxy), on the data path `make run` and the chart serve through: Ray's HAProxy in
-#   its high-throughput mode. There the WebSocket handler runs in the replica's own HTTP
-#   server, not in a Serve request, calls go over gRPC, and a stopped replica's HTTP server
-#   cuts what is still open once its drain window ends. That mode buffers replica log lines
-#   (all but ERROR) 1000 at a time: unbuffered here, so the clean-log test sees every line.
-#   Its output goes to $(MODELS_LOG), printed when it ends;
-# - the serve and cluster tiers (-m "serve or cluster") through Serve's Python proxy, at a lower
-#   CPU priority (nice 5), so the model tests' timing stays theirs.
+# Lint first: a type or style error fails in seconds, not after the suite. Then two runs, each
+# with a Ray of its own (docs/testing.md):
+# - the fast, serve and cluster tiers (-m "not models") through Serve's Python proxy;
+# - the real models' tests (-m models), with the redeploy drain test (marked haproxy), on the
+#   data path `make run` and the chart serve through: Ray's HAProxy in its high-throughput mode.
+#   There the WebSocket handler runs in the replica's own HTTP server, not in a Serve request,
+#   calls go over gRPC, and a stopped replica's HTTP server cuts what is still open once its
+#   drain window ends. That mode buffers replica log lines (all but ERROR) 1000 at a time:
+#   unbuffered here, so the clean-log test sees every line.
+# Side by side on 2 cores the two took 29.5 minutes from a fresh clone, not 25, and their
+# contention failed two timing-bound tests (docs/testing.md): one after the other.
 # --durations: CI's log says which tests cost the suite its time.
-MODELS_LOG := $(VENV)/test-models.log
 SUITE_ON_HAPROXY := S2S_E2E_DATA_PATH=haproxy RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE=1
 test: lint assets
-	@$(SUITE_ON_HAPROXY) $(PY) -m pytest -m "models or fast or haproxy" --durations=15 > $(MODELS_LOG) 2>&1 & \
-	models=$$!; nice -n 5 $(PY) -m pytest -m "serve or cluster" --durations=15; rest=$$?; \
-	wait $$models; ran=$$?; echo "=== -m 'models or fast or haproxy', through HAProxy ==="; \
-	cat $(MODELS_LOG); exit $$(( rest || ran ))
+	$(PY) -m pytest -m "not models" --durations=15
+	$(SUITE_ON_HAPROXY) $(PY) -m pytest -m "models or haproxy" --durations=15
 
 # The tiers, by what a test needs (each test has one marker; tests/conftest.py checks;
 # docs/testing.md): test-fast: no Ray cluster, no model (the session's parts on fakes, the

@@ -50,6 +50,7 @@ READY_POLL_S = 1.0
 INGRESS_ACTOR = "#RealtimeIngress#"
 DATA_PATHS = ("haproxy", "proxy")
 HAPROXY_SWITCH = "RAY_SERVE_ENABLE_HA_PROXY"
+THROUGHPUT_SWITCH = "RAY_SERVE_THROUGHPUT_OPTIMIZED"
 HAPROXY_CONFIG = "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"
 
 
@@ -77,8 +78,8 @@ def main() -> None:
         ingress_drain_hold_s(AppConfig.model_validate(app.get("args", {})).ingress) for app in config["applications"]
     )
     haproxy = HAProxyRun.configure(os.environ, drain_hold_s) if args.data_path == "haproxy" else None
-    if haproxy is None:
-        os.environ[HAPROXY_SWITCH] = "0"
+    if haproxy is None:  # Serve's proxy with Ray's default handles, whatever the environment says
+        os.environ[HAPROXY_SWITCH] = os.environ[THROUGHPUT_SWITCH] = "0"
     ray.init()  # a cluster of our own: its processes inherit os.environ as set above
     if haproxy is not None:
         haproxy.started(ray.get_runtime_context().get_node_id())
@@ -153,7 +154,7 @@ class HAProxyRun:
             # the replicas over gRPC instead of Ray actor calls, and user code and the router
             # share the replica's event loop (300 load-test sessions: voice-to-voice p50
             # 4.2 s -> 1.5 s on this machine; docs/bench/README.md).
-            "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+            THROUGHPUT_SWITCH: "1",
             # Fixed by default (8500, 9500, 9101, 8404): a second launch would fail to bind.
             "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
             "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),

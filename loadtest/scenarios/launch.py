@@ -32,7 +32,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.app import build_app
 from deployments.ports import free_port
-from deployments.serve_local import HAPROXY_SWITCH, HAProxyRun
+from deployments.serve_local import HAPROXY_SWITCH, THROUGHPUT_SWITCH, HAProxyRun
 
 LOCAL_CONFIG = Path(__file__).parents[2] / "cluster" / "local.yaml"
 LOADTEST_CONFIG = Path(__file__).parents[2] / "cluster" / "loadtest.yaml"
@@ -123,8 +123,8 @@ class LocalServe:
         # The environment is set before Ray starts, so every Ray process inherits it.
         if self.data_path == "haproxy":
             self._haproxy = HAProxyRun.configure(os.environ)  # with `make serve-loadtest`'s settings
-        else:
-            os.environ[HAPROXY_SWITCH] = "0"
+        else:  # and Ray's default handles, whatever a caller's environment (a HAProxy run's) says
+            os.environ[HAPROXY_SWITCH] = os.environ[THROUGHPUT_SWITCH] = "0"
         try:
             self._start()
         except BaseException:

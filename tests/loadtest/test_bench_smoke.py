@@ -95,4 +95,5 @@ def test_mulaw_reads_piper_back_over_the_phone(capsys: pytest.CaptureFixture[str
 def test_backchannel_words_judges_each_rendering(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["backchannel-words", "--phrases", "1", "--first-look-ms", "150"]) == 0
     report = last_json(capsys.readouterr().out)
-    assert report["first_look_150ms"]["backchannels_said"] == report["first_look_150ms"]["interruptions_said"] == 9
+    said = report["first_look_150ms"]
+    assert said["backchannels_said"] == said["interruptions_said"] > 0, said  # one phrase of each, every rendering
