@@ -71,7 +71,8 @@ def measure(
 
 
 def ticks(calls: list) -> list[list]:
-    return [calls[i::TICKS_PER_ROUND] for i in range(TICKS_PER_ROUND)]
+    """The round's calls over its ticks; with fewer sessions than ticks, no tick runs empty."""
+    return [tick for i in range(TICKS_PER_ROUND) if (tick := calls[i::TICKS_PER_ROUND])]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

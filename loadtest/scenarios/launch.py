@@ -123,7 +123,7 @@ class LocalServe:
         # The environment is set before Ray starts, so every Ray process inherits it.
         if self.data_path == "haproxy":
             self._haproxy = HAProxyRun.configure(os.environ)  # with `make serve-loadtest`'s settings
-        else:  # and Ray's default handles, whatever a caller's environment (a HAProxy run's) says
+        else:  # and Ray's default handles in every replica, whatever this environment said
             os.environ[HAPROXY_SWITCH] = os.environ[THROUGHPUT_SWITCH] = "0"
         try:
             self._start()

@@ -14,6 +14,7 @@ and tests/realtime/test_resume.py's.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,9 +39,16 @@ def last_json(output: str) -> dict[str, Any]:
 
 
 def run_apart(name: str, *args: str) -> dict[str, Any]:
-    """``s2s-bench <name> <args>`` in a process of its own (one that starts a Ray of its own)."""
+    """``s2s-bench <name> <args>`` in a process of its own (one that starts a Ray of its own), as
+    from a user's shell: without the Serve settings of the suite's HAProxy run, which Ray reads
+    once, at import (its high-throughput handles cannot be called outside an event loop)."""
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("RAY_SERVE_")}
     done = subprocess.run(
-        [sys.executable, "-m", "loadtest", name, *args], capture_output=True, text=True, timeout=BENCH_TIMEOUT_S
+        [sys.executable, "-m", "loadtest", name, *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=BENCH_TIMEOUT_S,
     )
     assert done.returncode == 0, f"s2s-bench {name} failed:\n{done.stderr[-4000:]}"
     return last_json(done.stdout)
