@@ -29,7 +29,7 @@ the application sees the request; permessage-deflate is only used when the clien
 so a client that does not is what turns it off on both sides.
 
 ``--client-module`` measures another implementation of ``Session`` (an earlier version of
-``loadtest/client.py`` saved under another name, say) against the same server.
+``loadtest/client/session.py`` saved under another name, say) against the same server.
 """
 
 import argparse

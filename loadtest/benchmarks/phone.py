@@ -2,9 +2,10 @@
 ``/v1/realtime``, on the same server in the same run (the real CPU models by default).
 
 The same Piper-spoken questions are played at real-time pace into a Realtime session (24 kHz
-PCM16, ``bench_e2e``'s turns) and into a Twilio media stream (8 kHz μ-law, 20 ms a ``media``,
-:class:`TwilioCaller`). Voice to voice is the end of the question's speech (its last frame
-sent) to the answer's first audio (``response.output_audio.delta``; Twilio's first ``media``).
+PCM16, ``loadtest.client.spoken_turns.voice_to_voice_turns``) and into a Twilio media stream
+(8 kHz μ-law, 20 ms a ``media``, :class:`TwilioCaller`). Voice to voice is the end of the
+question's speech (its last frame sent) to the answer's first audio
+(``response.output_audio.delta``; Twilio's first ``media``).
 Readable lines, then one JSON object with both routes' p50 and p95 and the phone's extra p50.
 
     s2s-bench phone --turns 10
