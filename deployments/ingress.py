@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from deployments import telemetry
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
 from deployments.app_status import RunningReplicas
 from deployments.config import IngressConfig
@@ -41,6 +42,7 @@ from deployments.realtime.protocol import (
 from deployments.realtime.recorder import StoredSession
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
+from deployments.realtime.session_trace import session_span
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.twilio import MEDIA_STREAM_PATH
 from deployments.realtime.webrtc import IceServers
@@ -91,6 +93,7 @@ class RealtimeIngress:
         """``vad``: the VAD deployment, or ``None`` to run the detector in this replica;
         ``turn_end``: the end-of-turn model's, or ``None`` (synthetic engines) for its
         stand-in here."""
+        telemetry.configure("s2s-ingress")
         vad = on_cluster_transport(vad) if vad is not None else None
         turn_end = on_cluster_transport(turn_end) if turn_end is not None else None
         stt, llm, tts = on_cluster_transport(stt), on_cluster_transport(llm), on_cluster_transport(tts)
@@ -275,8 +278,10 @@ class RealtimeIngress:
             drain_notice,
         )
         try:
-            async with self._sessions.holding(session):
-                await session.run()
+            resumed = stored is not None and stored.resumed is not None
+            with session_span(session.id, resumed, lambda: session.settings.tracing):
+                async with self._sessions.holding(session):
+                    await session.run()
         finally:
             metrics.flush()
             if stored is not None and self._store is not None:

@@ -8,6 +8,7 @@ that response is cancelled.
 from dataclasses import dataclass
 
 from cancel import ScopeTicket
+from deployments.telemetry import Carrier
 from handlers.llm import ChatMessage
 from handlers.tools import ToolUse
 
@@ -21,12 +22,16 @@ class LLMRequest:
     """The client's cap on the answer (``session.max_output_tokens``), within the model's."""
     tools: ToolUse | None = None
     """Functions the model may call (``None``: none, or ``tool_choice: "none"``)."""
+    trace: Carrier | None = None
+    """The caller's span, for the replica's (``None``: not traced)."""
 
 
 @dataclass(frozen=True)
 class TTSRequest:
     text: str
     ticket: ScopeTicket
+    trace: Carrier | None = None
+    """The caller's span, for the replica's (``None``: not traced)."""
 
 
 class StoppedAsStale(RuntimeError):

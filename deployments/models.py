@@ -16,6 +16,7 @@ import numpy as np
 from ray import serve
 
 from cancel import ScopeCache
+from deployments import telemetry
 from deployments.coalesce import coalesced
 from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from deployments.placement import replica_placement
@@ -69,11 +70,14 @@ class STT:
     placement = replica_placement
 
     def __init__(self, config: STTConfig, synthetic: SyntheticConfig | None = None) -> None:
+        telemetry.configure("s2s-stt")
         self._stt: SpeechToText | ToneTranscriber = SpeechToText(config) if synthetic is None else ToneTranscriber()
         self._stt.transcribe(np.zeros(SPEECH_RATE, dtype=np.float32))  # first call pays ~1 s of setup
 
-    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> str:
-        return self._stt.transcribe(audio, over_answer)
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False, trace: telemetry.Carrier | None = None) -> str:
+        with telemetry.remote_span("stt.transcribe", trace) as span:
+            span.set_attribute("s2s.audio_s", len(audio) / SPEECH_RATE)
+            return self._stt.transcribe(audio, over_answer)
 
     def ready(self) -> bool:
         return True
@@ -88,6 +92,7 @@ class LLM:
     ) -> None:
         """The engine is warmed up before the replica is ready: its first user's turn must not
         pay the engine's first-request setup."""
+        telemetry.configure("s2s-llm")
         self._model: LanguageModel | ScriptedLanguageModel = (
             LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
         )
@@ -100,12 +105,20 @@ class LLM:
         ``CancelledError``; the handler then aborts the engine request). A stream stopped as
         stale ends with ``StoppedAsStale``, so that an early end is never taken for the end.
         Deltas within ``delta_interval_s`` of the last item sent travel as one item."""
-        with ScopeCache.for_current_loop().watch(request.ticket) as view:
+        with (
+            ScopeCache.for_current_loop().watch(request.ticket) as view,
+            telemetry.remote_span("llm.generate", request.trace, (StoppedAsStale,)) as span,
+        ):
             stream = self._model.stream(
                 request.messages, view.is_stale, request.request_id, request.max_tokens, request.tools
             )
+            deltas = 0
             async for delta in coalesced(stream, self._delta_interval_s):
+                if deltas == 0:
+                    span.add_event("first_delta")
+                deltas += 1
                 yield delta
+            span.set_attribute("s2s.llm.deltas", deltas)
             if view.is_stale():
                 raise StoppedAsStale(f"LLM request {request.request_id} stopped: its response was superseded")
 
@@ -139,6 +152,7 @@ class TTS:
     placement = replica_placement
 
     def __init__(self, config: TTSConfig, synthetic: SyntheticConfig | None = None) -> None:
+        telemetry.configure("s2s-tts")
         self._tts: TextToSpeech | ToneSpeaker = (
             TextToSpeech(config) if synthetic is None else ToneSpeaker(synthetic, config.output_rate)
         )
@@ -151,7 +165,11 @@ class TTS:
     async def synthesize(self, request: TTSRequest) -> AsyncIterator[bytes]:
         """PCM16 at the configured rate, one chunk per sentence; stops between sentences once
         the response is stale, with ``StoppedAsStale``."""
-        with ScopeCache.for_current_loop().watch(request.ticket) as view:
+        with (
+            ScopeCache.for_current_loop().watch(request.ticket) as view,
+            telemetry.remote_span("tts.synthesize", request.trace, (StoppedAsStale,)) as span,
+        ):
+            span.set_attribute("s2s.tts.characters", len(request.text))
             chunks = self._tts.synthesize(request.text, view.is_stale)
             while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
                 yield chunk.pcm16

@@ -111,7 +111,8 @@ class SpokenAnswer:
         await self._playout.room()
         text = piece if not answer.text else " " + piece
         self._playout.say(text)
-        request = TTSRequest(piece, self._ticket)
+        stage = run.timeline.stage("tts_node")
+        request = TTSRequest(piece, self._ticket, stage.carrier)
         tts = FailoverStream(lambda: self._stages.synthesize(request), run.id)
         run.streams.add(tts)
         continues_piece = False
@@ -123,6 +124,7 @@ class SpokenAnswer:
                 self._playout.play(pcm[offset : offset + self._frame_bytes])
         self._playout.play(b"")  # the piece ends: an encoder lets out what it held back
         run.streams.discard(tts)
+        stage.end(**{"s2s.tts.characters": len(piece)})
 
     async def played(self) -> None:
         await self._playout.played()

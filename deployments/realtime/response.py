@@ -165,6 +165,7 @@ class Responder:
             self.current = None
         self._stop(run)
         self._metrics.held_dropped(reason)
+        run.timeline.end(run.id, "dropped", reason)
         logger.info("response %s dropped unseen: %s", run.id, reason)
 
     def _stop(self, run: ResponseRun) -> None:
@@ -182,7 +183,9 @@ class Responder:
             run.timeline.mark("prompt_ready")
             ticket = self._scope.ticket(run.generation)
             options = run.options
-            llm = self._stages.generate(LLMRequest(messages, ticket, run.id, options.max_output_tokens, options.tools))
+            llm_stage = run.timeline.stage("llm_node")
+            request = LLMRequest(messages, ticket, run.id, options.max_output_tokens, options.tools, llm_stage.carrier)
+            llm = self._stages.generate(request)
             run.streams.add(llm)
             events = ResponseEvents(self._outbox, run)
             sink = answer_sink(
@@ -207,6 +210,7 @@ class Responder:
                         if not any(item is run.answer for item in run.outputs):
                             self._announce(run, run.answer)
                         await sink.add(piece)
+                llm_stage.end()
                 await sink.played()
             finally:
                 sink.stop()
@@ -263,6 +267,7 @@ class Responder:
 
     def _end(self, run: ResponseRun, status: Status, details: RealtimeResponseStatus | None = None) -> None:
         run.status = status
+        run.timeline.end(run.id, status, details.reason if details is not None and status == "cancelled" else None)
         ResponseEvents(self._outbox, run).done(details, on_sent=lambda: self._playback.answer_over(run.id))
         if not self._outbox.holds(run.id):
             self._ended(run)

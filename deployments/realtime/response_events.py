@@ -101,7 +101,10 @@ class ResponseEvents:
         self._outbox.put(error_event(error, "server_error"), self._run.id)
 
     def done(self, details: RealtimeResponseStatus | None = None, on_sent: Sent | None = None) -> None:
-        self._emit(ResponseDoneEvent, on_sent, response=wire_response(self._run, details))
+        """The end, with the turn's timings in ``metadata`` beside the client's own."""
+        response = wire_response(self._run, details)
+        response.metadata = (response.metadata or {}) | self._run.timeline.metadata()
+        self._emit(ResponseDoneEvent, on_sent, response=response)
 
     def _emit(self, event_type: type[OpenAIModel], on_sent: Sent | None = None, **fields: Any) -> None:
         self._outbox.put(server_event(event_type, **fields), self._run.id, on_sent)

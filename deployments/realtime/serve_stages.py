@@ -13,6 +13,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.stages import StageCall, StageStream
+from deployments.telemetry import Carrier
 from deployments.voice_activity import VADBatcher
 from handlers.llm import ChatMessage
 from handlers.synthetic import EveryPauseEnds
@@ -40,8 +41,8 @@ class ServeStages:
             return EveryPauseEnds()
         return self.turn_end.probability_complete.remote(utterance)
 
-    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
-        return self.stt.transcribe.remote(audio, over_answer)
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False, trace: Carrier | None = None) -> StageCall[str]:
+        return self.stt.transcribe.remote(audio, over_answer, trace)
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return self.llm.prefill.remote(messages)

@@ -103,7 +103,7 @@ class RealtimeSession:
         stages = BoundedStages(stages, config.stage_timeout_s, watch)
         self._supervisor = Supervisor(self.id)
         spawn = self._supervisor.spawn
-        self._settings = SessionSettings(
+        self.settings = SessionSettings(
             model_name=model_name,
             instructions=config.instructions,
             defaults=config.turn_detection,
@@ -114,13 +114,13 @@ class RealtimeSession:
         )
         resumed = stored.resumed if stored is not None else None
         if resumed is not None and resumed["settings"]:
-            self._settings.update(SessionUpdateEvent(type="session.update", session=resumed["settings"]).session)
+            self.settings.update(SessionUpdateEvent(type="session.update", session=resumed["settings"]).session)
         self._conversation = Conversation(config.history_items)
         for record in resumed["items"] if resumed is not None else []:
             self._conversation.add(item_from_record(record))
         on_sent: Callable[[Any], None] = metrics.sent
         if stored is not None:
-            recorder = SessionRecorder(self._settings, self._conversation, stored.save, self._superseded)
+            recorder = SessionRecorder(self.settings, self._conversation, stored.save, self._superseded)
             stored.rewrite_with(recorder.rewrite)
 
             def on_sent(event: Any) -> None:
@@ -129,12 +129,12 @@ class RealtimeSession:
 
         self._outbox = Outbox(transport.send, transport.audio, config.outgoing_events, on_sent, metrics.dropped)
         self._playback = Playback(
-            transport.audio, lambda: self._outbox.put(CLEAR_AUDIO), lambda: self._settings.interruption.audio_lead_ms
+            transport.audio, lambda: self._outbox.put(CLEAR_AUDIO), lambda: self.settings.interruption.audio_lead_ms
         )
         self._guard = InputGuard(config.limits)
         self._audio = AudioInput(
             detect=stages.detect,
-            turn_detection=self._settings.turn_detection,
+            turn_detection=self.settings.turn_detection,
             defaults=config.turn_detection,
             max_input_audio_s=config.max_input_audio_s,
             max_queued_audio_s=config.limits.max_queued_audio_s,
@@ -146,7 +146,7 @@ class RealtimeSession:
             outbox=self._outbox,
             conversation=self._conversation,
             settings=ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
-            session=self._settings,
+            session=self.settings,
             metrics=metrics,
             playback=self._playback,
             spawn=spawn,
@@ -157,7 +157,7 @@ class RealtimeSession:
             conversation=self._conversation,
             responder=self._responder,
             outbox=self._outbox,
-            settings=self._settings,
+            settings=self.settings,
             metrics=metrics,
             playback=self._playback,
             spawn=spawn,
@@ -171,13 +171,13 @@ class RealtimeSession:
             playback=self._playback,
             max_item_chars=config.max_item_chars,
             max_input_audio_s=config.max_input_audio_s,
-            input_audio=lambda: self._settings.input_audio,
+            input_audio=lambda: self.settings.input_audio,
         )
         self._input = InputAudioEvents(
-            audio=self._audio, guard=self._guard, settings=self._settings, turns=self._turns, outbox=self._outbox
+            audio=self._audio, guard=self._guard, settings=self.settings, turns=self._turns, outbox=self._outbox
         )
         responses = ResponseRequests(
-            self._responder, self._conversation, self._settings, metrics, config.max_item_chars
+            self._responder, self._conversation, self.settings, metrics, config.max_item_chars
         )
         self._handlers: dict[type[OpenAIModel], Handler[Any]] = {
             SessionUpdateEvent: self._on_session_update,
@@ -216,7 +216,7 @@ class RealtimeSession:
     def _described(self) -> RealtimeSessionCreateRequest:
         """The session as ``session.created`` shows it: its settings, and (extra fields, which
         the stock SDKs keep) its id and the token that resumes it."""
-        session = self._settings.describe()
+        session = self.settings.describe()
         session.id = self.id  # type: ignore[attr-defined]
         if self._stored is not None:
             session.resume_token = self._stored.resume_token  # type: ignore[attr-defined]
@@ -292,7 +292,7 @@ class RealtimeSession:
             self._outbox.put(error_event(failure, "server_error"))
 
     async def _on_session_update(self, event: SessionUpdateEvent) -> None:
-        if self._settings.update(event.session):
-            self._audio.reconfigure(self._settings.turn_detection)
+        if self.settings.update(event.session):
+            self._audio.reconfigure(self.settings.turn_detection)
             self._turns.reset()
-        self._outbox.put(server_event(SessionUpdatedEvent, session=self._settings.describe()))
+        self._outbox.put(server_event(SessionUpdatedEvent, session=self.settings.describe()))

@@ -36,8 +36,7 @@ class ResponseOptions:
     max_output_tokens: int | None = None
     instructions: str | None = None
     metadata: dict[str, str] | None = None
-    in_conversation: bool = True
-    """``conversation: "none"``: an out-of-band answer, kept out of the conversation."""
+    in_conversation: bool = True  # False: `conversation: "none"`, an out-of-band answer
     tools: ToolUse | None = None
     """Functions the answer may call (``None``: none, or ``tool_choice: "none"``)."""
     output_audio: WireAudio = PCM16
@@ -75,6 +74,7 @@ class SessionSettings:
     """The format of the client's audio (``input_audio_buffer.append``, audio items)."""
     output_audio: WireAudio = PCM16
     """The format the answer's audio leaves in."""
+    tracing: Any = None  # how the session's trace is named (deployments.realtime.session_trace)
 
     def update(self, session: Session) -> bool:
         """Apply a ``session.update``; return whether turn detection changed (the input
@@ -112,6 +112,8 @@ class SessionSettings:
             self.max_output_tokens = max_output_tokens if isinstance(max_output_tokens, int) else None
         if "instructions" in session.model_fields_set:
             self.instructions = session.instructions
+        if "tracing" in session.model_fields_set:
+            self.tracing = session.tracing
         if session.output_modalities is not None:
             self.text_only = session.output_modalities == ["text"]
         self.tools, self.tool_choice = tools, tool_choice
@@ -229,6 +231,7 @@ class SessionSettings:
             output_modalities=["text"] if self.text_only else ["audio"],
             tools=[RealtimeFunctionTool(type="function", **function.model_dump()) for function in self.tools],
             tool_choice=describe_tool_choice(self.tool_choice),
+            tracing=self.tracing,
             audio=RealtimeAudioConfig(
                 input=RealtimeAudioConfigInput(
                     format=self.input_audio.describe(),

@@ -68,10 +68,10 @@ class Speculator:
         response would follow, answer it held (its first output follows ``turn_item_id``, the
         user's turn)."""
         self.drop("new_pause")
-        timeline = Timeline()
+        timeline = Timeline(heard_lag_s=lag_s)
         timeline.mark("speech_paused")
         timeline.vad_lag_ms = None if lag_s is None else round(lag_s * 1000, 1)
-        transcript = stt_future(self._stages.transcribe(audio), timeline)
+        transcript = stt_future(self._stages, audio, timeline)
         speculation = self._current = Speculation(end_sample, transcript, timeline)
         if self._settings.create_response and self._responder.current is None:
             history = self._conversation.items  # the conversation this turn would extend

@@ -18,6 +18,7 @@ import numpy as np
 
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.failures import StageFailure, StageName
+from deployments.telemetry import Carrier
 from handlers.llm import ChatMessage
 from handlers.tools import LLMOutput
 from handlers.vad import VADEvent, VADState
@@ -73,9 +74,10 @@ class Stages(Protocol):
         """The probability that ``utterance`` ends its speaker's turn (Smart Turn)."""
         ...
 
-    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False, trace: Carrier | None = None) -> StageCall[str]:
         """The words of ``audio``; ``over_answer=True``: speech heard over an answer, looked
-        at to tell a real interruption from a hum (``handlers.stt.SpeechToText.transcribe``)."""
+        at to tell a real interruption from a hum (``handlers.stt.SpeechToText.transcribe``);
+        ``trace``: the caller's span."""
         ...
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]: ...
@@ -114,8 +116,8 @@ class BoundedStages:
     def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
         return _BoundedCall(self.stages.end_of_turn(utterance), self._bound("turn_end"))
 
-    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> StageCall[str]:
-        return _BoundedCall(self.stages.transcribe(audio, over_answer), self._bound("stt"))
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False, trace: Carrier | None = None) -> StageCall[str]:
+        return _BoundedCall(self.stages.transcribe(audio, over_answer, trace), self._bound("stt"))
 
     def prefill(self, messages: list[ChatMessage]) -> Awaitable[None]:
         return self._bound("llm").result(self.stages.prefill(messages))

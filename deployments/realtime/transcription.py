@@ -25,9 +25,10 @@ from deployments.realtime.failures import StageFailure
 from deployments.realtime.items import UserAudio
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import server_event
-from deployments.realtime.stages import StageCall, Stages
+from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
+from deployments.realtime.turn_trace import NO_STAGE
 from handlers.audio import SPEECH_RATE
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Transcription:
         transcript: "asyncio.Future[str] | None",
         committed: bool,
     ) -> None:
-        transcript = transcript or stt_future(self._stages.transcribe(utterance))  # first: it may raise
+        transcript = transcript or stt_future(self._stages, utterance)  # first: it may raise
         item = UserAudio(item_id)
         try:
             previous = self._conversation.add(item, after)
@@ -122,9 +123,12 @@ class Transcription:
         self._outbox.put(server_event(ConversationItemDone, item=item.wire(), previous_item_id=previous))
 
 
-def stt_future(call: StageCall[str], timeline: Timeline | None = None) -> "asyncio.Future[str]":
-    """An STT call as a future that may be awaited twice (by the item and the speculation);
-    cancelling the future cancels the call on its replica."""
+def stt_future(stages: Stages, audio: np.ndarray, timeline: Timeline | None = None) -> "asyncio.Future[str]":
+    """``audio``'s STT call as a future that may be awaited twice (by the item and the
+    speculation); cancelling the future cancels the call on its replica. With a
+    ``timeline``, the call is a stage of its turn (marked ``transcribed``, traced)."""
+    stage = timeline.stage("stt") if timeline is not None else NO_STAGE
+    call = stages.transcribe(audio, trace=stage.carrier)
     transcript: asyncio.Future[str] = asyncio.ensure_future(call)
 
     def done(future: "asyncio.Future[str]") -> None:
@@ -132,6 +136,7 @@ def stt_future(call: StageCall[str], timeline: Timeline | None = None) -> "async
             call.cancel()
         elif future.exception() is None and timeline is not None:
             timeline.mark("transcribed")
+            stage.end()
 
     transcript.add_done_callback(done)
     return transcript

@@ -185,13 +185,13 @@ class TurnTaker:
         speculation = self.speculator.take(vad.end_sample)
         self._metrics.turn_ended()
         if speculation is None:
-            timeline = Timeline()
+            timeline = Timeline(heard_lag_s=lag_s)
             if lag_s is not None:
                 timeline.vad_lag_ms = round(lag_s * 1000 - self._silence_ms(), 1)
-            transcript = stt_future(self._stages.transcribe(utterance), timeline)
+            transcript = stt_future(self._stages, utterance, timeline)
         else:
             timeline, transcript = speculation.timeline, speculation.transcript
-        timeline.mark("speech_stopped")
+        timeline.speech_stopped(lag_s)
         self.transcription.commit(utterance, item_id, transcript)
         held = speculation.run if speculation is not None else None
         if not self._settings.create_response or self._responder.current is not None:

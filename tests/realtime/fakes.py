@@ -25,6 +25,7 @@ from deployments.realtime.recorder import StoredSession
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transport import WebSocketTransport
 from deployments.realtime.wire_audio import WireAudio
+from deployments.telemetry import Carrier
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
 from handlers.synthetic import EnergyVoiceDetector, question_tone
 from handlers.vad import VADEvent, VADState
@@ -146,6 +147,7 @@ class FakeStages:
         """When set, the transcript of the audio given (else ``transcript``)."""
         self.stt_calls: list[FakeCall] = []
         self.over_answer_looks: list[bool] = []
+        self.traces: list[Carrier | None] = []
         """Per ``transcribe`` call, whether it was a look at speech over an answer."""
         self.llm_gate = Gate()
         self.session_llm_gates: dict[str, Gate] = {}
@@ -193,8 +195,9 @@ class FakeStages:
         self._changed.set()
         return call
 
-    def transcribe(self, audio: np.ndarray, over_answer: bool = False) -> FakeCall:
+    def transcribe(self, audio: np.ndarray, over_answer: bool = False, trace: Carrier | None = None) -> FakeCall:
         self.over_answer_looks.append(over_answer)
+        self.traces.append(trace)
         if self.fail_transcribe is not None:
             raise self.fail_transcribe
         call = FakeCall(lambda: self._transcribed(audio), self.stt_gate)

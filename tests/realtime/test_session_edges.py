@@ -74,11 +74,11 @@ async def test_settings_out_of_openai_bounds_are_refused_and_change_nothing(
     session: dict[str, Any], code: str, param: str
 ) -> None:
     async with Harness() as h:
-        before = h.session._settings.describe()
+        before = h.session.settings.describe()
         h.socket.client_sends(type="session.update", session={"type": "realtime", **session})
         error = (await h.socket.wait_type("error"))["error"]
         assert (error["code"], error["param"].rsplit(".", 1)[-1]) == (code, param)
-        assert h.session._settings.describe() == before
+        assert h.session.settings.describe() == before
         await answer_completes(h)
 
 

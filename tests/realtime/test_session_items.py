@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
+from deployments.realtime.timeline import TIMINGS_KEY
 from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
 from handlers.audio import REALTIME_RATE, SPEECH_RATE
 
@@ -119,7 +120,7 @@ async def test_the_agents_sdk_default_session_is_accepted_and_shown_as_served() 
         assert (turn["type"], turn["eagerness"], turn["interrupt_response"]) == ("semantic_vad", "high", True)
         assert updated["audio"]["output"]["speed"] == 1.0  # what is served, not what was asked
         assert "noise_reduction" not in updated["audio"]["input"]  # not applied, so not shown
-        assert h.session._settings.turn_detection.silence_duration_ms == SEMANTIC_PAUSE_MS  # then Smart Turn
+        assert h.session.settings.turn_detection.silence_duration_ms == SEMANTIC_PAUSE_MS  # then Smart Turn
         h.socket.client_sends(
             type="session.update",
             session={
@@ -211,7 +212,8 @@ async def test_a_response_takes_its_own_modalities_instructions_tokens_and_metad
         request = h.stages.llm_requests[-1]
         assert request.messages[0] == {"role": "system", "content": "Answer in French."}
         assert request.max_tokens == 7
-        assert done["response"]["metadata"] == {"topic": "weather"}
+        metadata = done["response"]["metadata"]  # the client's, and the turn's timings beside it
+        assert metadata.pop(TIMINGS_KEY) and metadata == {"topic": "weather"}
         assert h.socket.of_type("response.created")[0]["response"]["metadata"] == {"topic": "weather"}
         assert h.stages.tts_streams == []
         h.socket.client_sends(type="response.create")  # the next one is the session's again
