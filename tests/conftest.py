@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from otlp_receiver import OTLPReceiver
 
 from cluster.redis_server import RedisServer
 from deployments.ports import free_port
@@ -22,7 +23,19 @@ os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
 
 
 @pytest.fixture(scope="session")
-def ray_local() -> Iterator[None]:
+def otlp_receiver() -> Iterator[OTLPReceiver]:
+    """Where every app the suite serves sends its traces: they are on in every test, as an
+    operator turns them on (``OTEL_EXPORTER_OTLP_ENDPOINT``, inherited by each Ray process),
+    exported every 0.5 s rather than 5."""
+    with OTLPReceiver() as receiver:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+        os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "500"
+        yield receiver
+        del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+
+
+@pytest.fixture(scope="session")
+def ray_local(otlp_receiver: OTLPReceiver) -> Iterator[None]:
     import ray
 
     # Replicas inherit this environment: the API-key tests' app reads its key from it.
@@ -86,7 +99,7 @@ def speak(tts: TextToSpeech) -> Callable[..., np.ndarray]:
 TIERS = ("fast", "serve", "cluster", "models")
 MODEL_FIXTURES = {"tts", "stt", "speak", "pcm24k", "vad", "llm", "realtime_url", "connect"}
 """Fixtures that load a real model, or serve the app on the real ones."""
-RAY_FIXTURES = {"ray_local", "serve_port"}
+RAY_FIXTURES = {"ray_local", "serve_port", "otlp_receiver"}
 
 
 def tier_of(item: pytest.Item) -> str:
