@@ -8,7 +8,7 @@ const RATE = 24000;
 const JITTER_S = 0.08; // a little audio in hand before playback starts: smooths network jitter
 
 const $ = (id) => document.getElementById(id);
-const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, created: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [], mostAheadMs: 0 };
+const stats = { sentMs: 0, receivedMs: 0, playedMs: 0, created: 0, responses: 0, cancelled: 0, stops: [], errors: [], sounding: [], lastSoundAt: 0, doneAt: [], mostAheadMs: 0, timings: [] };
 // stops: per barge-in, ms from speech_started to the last sound of the interrupted answer
 // (0 or less: it was silent already, paused by the server at the speech's onset);
 // created, responses: response.created and response.done seen (one more created: an answer
@@ -270,6 +270,7 @@ function onEvent(event) {
     case "response.done":
       stats.responses += 1;
       stats.doneAt.push(performance.now());
+      showTimings(event.response);
       if (event.response.status === "cancelled") {
         stats.cancelled += 1;
         (event.response.output || []).forEach((item) => bubble(item.id, "assistant").classList.add("cut"));
@@ -283,6 +284,20 @@ function onEvent(event) {
       showError(`${event.error.message} (${event.error.code})`);
       break;
   }
+}
+
+// Where the turn's time went, as the server tells it in response.done (ms from the end of
+// the user's speech: docs/observability.md), under each of the answer's bubbles.
+function showTimings(response) {
+  const told = response.metadata?.turn_timings;
+  if (!told) return;
+  const timings = JSON.parse(told);
+  stats.timings.push(timings);
+  const seconds = (ms) => (ms === undefined ? "–" : `${(ms / 1000).toFixed(2)} s`);
+  const text = `voice-to-voice ${seconds(timings.first_audio_ms)} · words ${seconds(timings.transcript_ms)} · first token ${seconds(timings.first_token_ms)}`;
+  (response.output || []).forEach((item) => {
+    if (item.type === "message") bubble(item.id, "assistant").dataset.timing = text;
+  });
 }
 
 function settleBargeIn() {

@@ -14,6 +14,9 @@ from loadtest.client.prompts import Prompt
 Interruption = Literal["barge-in", "cancel", "backchannel"] | None
 StaleKind = Literal["after_done", "never_created"]
 EVENTS_KEPT = 12
+TIMINGS_KEY = "turn_timings"
+"""The ``response.metadata`` key of the turn's timings (the server's
+``deployments.realtime.timeline.TIMINGS_KEY``: a test checks they agree)."""
 """How many of the latest events a stale response's record keeps (the order around it)."""
 
 
@@ -31,6 +34,8 @@ class Response:
     transcript: str = ""
     done_at: float | None = None
     status: str | None = None
+    server_timings: dict[str, float] = field(default_factory=dict)
+    """The turn's timings as its ``response.done`` told them (ms from the end of speech)."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     first_audio: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -25,6 +25,8 @@ def turn_latencies(turn: Turn) -> dict[str, float | None]:
         "speech_end_to_response_created_ms": _ms(created, turn.speech_end_at),
         "voice_to_voice_ms": _ms(first_audio, turn.speech_end_at),
     }
+    if response is not None:  # where the server says the time went
+        latencies |= {f"server_{name}": value for name, value in response.server_timings.items()}
     if response is not None and response.status == "completed" and first_audio is not None:
         latencies["audio_gap_ms"] = response.longest_gap_s * 1000  # the answer's longest silence
     if turn.interruption in ("barge-in", "cancel") and response is not None and response.status == "cancelled":

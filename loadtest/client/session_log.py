@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any
 
 from handlers.audio import REALTIME_RATE
-from loadtest.client.records import EVENTS_KEPT, Response, Resume, SessionLog, StaleAudio, StaleKind, Turn
+from loadtest.client.records import EVENTS_KEPT, TIMINGS_KEY, Response, Resume, SessionLog, StaleAudio, StaleKind, Turn
 from loadtest.client.wire import audio_size
 
 
@@ -177,8 +177,15 @@ class SessionListener:
             self.log.done_without_created += 1
             return
         response.done_at, response.status = now, wire.get("status")
+        response.server_timings = server_timings(wire)
         response.first_audio.set()  # nothing more will come
         response.done.set()
+
+
+def server_timings(response: dict[str, Any]) -> dict[str, float]:
+    """The timings a ``response.done``'s response carries in its metadata (none if absent)."""
+    told = (response.get("metadata") or {}).get(TIMINGS_KEY)
+    return json.loads(told) if isinstance(told, str) else {}
 
 
 def _response_id(event: dict[str, Any]) -> str:

@@ -26,6 +26,8 @@ from agents.realtime import RealtimeAgent, RealtimeRunner, RealtimeSession
 from agents.realtime.model_inputs import RealtimeModelSendSessionUpdate
 from openai.types.responses.tool_choice_function import ToolChoiceFunction
 
+from deployments.realtime.timeline import TIMINGS_KEY
+
 pytestmark = pytest.mark.models
 """The real models: only ``make test`` runs these."""
 
@@ -72,6 +74,9 @@ async def test_agents_sdk_speaks_and_completes_a_tool_round_trip(realtime_url: s
             print("\nAgents SDK event log:\n" + "\n".join(json.dumps(e) for e in log))
 
     assert [e for e in log if e["type"] == "error" or e.get("server") == "error"] == []
+    # Each response.done came with the turn's timings, and the SDK took them (no error above).
+    ends = [e for e in log if e.get("server") == "response.done"]
+    assert ends and all(e["timings"] and "first_token_ms" in e["timings"] for e in ends), ends
     assert_spoken(first_turn)
     round_trip = log[len(first_turn) :]
     kinds = [e["type"] for e in round_trip if e["type"] in ("agent_start", "tool_start", "tool_end", "agent_end")]
@@ -117,7 +122,9 @@ async def until(
                 if data["type"] in ("error", "response.done", "response.function_call_arguments.done"):
                     entry["detail"] = {k: data[k] for k in ("error", "arguments", "name") if k in data}
                     if data["type"] == "response.done":
+                        metadata = data["response"].get("metadata") or {}
                         entry["detail"] = {"status": data["response"]["status"]}
+                        entry["timings"] = json.loads(metadata[TIMINGS_KEY]) if TIMINGS_KEY in metadata else None
                 if data["type"] == "response.output_audio_transcript.done":
                     entry["transcript"] = data["transcript"]
             elif event.type in ("tool_start", "tool_end"):

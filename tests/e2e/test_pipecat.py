@@ -62,6 +62,8 @@ from pipecat.services.openai.realtime import events
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.workers.runner import WorkerRunner
 
+from deployments.realtime.timeline import TIMINGS_KEY
+
 pytestmark = pytest.mark.models
 """The real models: only ``make test`` runs these."""
 
@@ -162,6 +164,9 @@ def summarize(event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         detail["response"] = event.get("response")
     elif kind in ("response.done", "response.created"):
         detail["status"] = event["response"].get("status")
+        timings = (event["response"].get("metadata") or {}).get(TIMINGS_KEY)
+        if timings is not None:
+            detail["timings"] = json.loads(timings)
     elif kind == "response.function_call_arguments.done":
         detail.update(name=event.get("name"), arguments=event.get("arguments"))
     elif kind in ("conversation.item.added", "conversation.item.create"):
@@ -317,6 +322,9 @@ async def test_pipecat_speaks_and_completes_a_tool_round_trip(realtime_url: str,
 
     assert errors(log.entries) == []
     assert [e for e in log.entries if e["src"] == "log"] == [], "pipecat logged warnings or errors"
+    # Each response.done came with the turn's timings, and pipecat took them in its stride.
+    ends = [e for e in log.entries if is_event(e, "response.done")]
+    assert ends and all("first_token_ms" in e["timings"] for e in ends), ends
     assert_spoken(first_turn)
     # Which city the model names is its own affair; the forced call fits the tool's schema.
     [sent] = [e["arguments"] for e in round_trip if is_event(e, "response.function_call_arguments.done")]

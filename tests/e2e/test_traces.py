@@ -70,6 +70,19 @@ def sessions_traced(ids: set[str]) -> Callable[[list[ReceivedSpan]], bool]:
     return found
 
 
+def calls_traced(response_ids: set[str]) -> Callable[[list[ReceivedSpan]], bool]:
+    """Whether the turns answering ``response_ids`` and each of their model calls' replica
+    spans have arrived (each process exports on its own schedule)."""
+
+    def found(spans: list[ReceivedSpan]) -> bool:
+        turns = {s.span_id for s in spans if s.attributes.get("s2s.response.id") in response_ids}
+        calls = [s.span_id for s in spans if s.parent_id in turns and s.name in ("stt", "llm_node", "tts_node")]
+        parents = {s.parent_id for s in spans}
+        return len(turns) == len(response_ids) and all(call in parents for call in calls)
+
+    return found
+
+
 async def test_each_sessions_spoken_turns_are_one_trace_down_to_the_replicas_and_only_the_interrupted_one_says_so(
     realtime_url: str, pcm24k: Callable[..., bytes], otlp_receiver: OTLPReceiver
 ) -> None:
@@ -94,7 +107,8 @@ async def test_each_sessions_spoken_turns_are_one_trace_down_to_the_replicas_and
         cut = await interrupted.until(lambda e: e.type == "response.done" and e.response.id == story.response_id)
         assert cut.response.status == "cancelled"
         ids = {client: session_id(client) for client in (named, auto, interrupted)}
-    spans = otlp_receiver.wait_for(sessions_traced(set(ids.values())))
+    otlp_receiver.wait_for(sessions_traced(set(ids.values())))
+    spans = otlp_receiver.wait_for(calls_traced({named_done.response.id, auto_done.response.id}))
 
     roots = {s.attributes["s2s.session.id"]: s for s in spans if s.name == SESSION_SPAN}
     assert len({root.trace_id for root in roots.values()}) == 3, "one trace per session"
@@ -107,6 +121,7 @@ async def test_each_sessions_spoken_turns_are_one_trace_down_to_the_replicas_and
         root = roots[ids[client]]
         trace = otlp_receiver.trace(root.trace_id)
         shown = "\n".join(tree(trace, root))
+        print(shown)  # the tree docs/observability.md shows
         turn = next(s for s in trace if s.attributes.get("s2s.response.id") == done.response.id)
         assert turn.name == "agent_turn" and turn.parent_id == root.span_id, shown
         stages = {s.name: s for s in trace if s.parent_id == turn.span_id}

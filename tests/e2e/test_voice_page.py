@@ -56,6 +56,8 @@ async def test_the_page_hears_the_question_and_plays_the_answer(
     assert (await page.inner_text("li.assistant")).strip()
     stats = await page.evaluate("window.s2s.stats")
     assert stats["errors"] == [] and stats["playedMs"] > 500
+    assert stats["timings"] and stats["timings"][0]["first_audio_ms"] > 0  # the server's, shown under the answer
+    assert "voice-to-voice" in (await page.get_attribute("li.assistant", "data-timing") or "")
     if transport == "websocket":  # the page plays the deltas it received
         assert stats["receivedMs"] >= stats["playedMs"]
     assert await page.is_hidden("#error")

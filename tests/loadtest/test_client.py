@@ -19,12 +19,13 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.protocol import parse_client_event
+from deployments.realtime.timeline import TIMINGS_KEY as SERVER_TIMINGS_KEY
 from handlers.audio import REALTIME_RATE
 from loadtest import cli
-from loadtest.client import report
+from loadtest.client import report, report_plots
 from loadtest.client.microphone import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Microphone, spoken_frames
 from loadtest.client.prompts import PromptSet, tone_prompts
-from loadtest.client.records import Resume, SessionLog, Turn
+from loadtest.client.records import TIMINGS_KEY, Resume, SessionLog, Turn
 from loadtest.client.run import LoadConfig, LoadResult
 from loadtest.client.session import Session, TurnDetection, turn_detection_update
 from loadtest.client.session_log import SessionListener
@@ -334,6 +335,21 @@ def test_a_response_to_no_question_is_counted() -> None:
     listener = SessionListener(SessionLog(0))
     listener.on_message(b'{"type": "response.created", "response": {"id": "resp_1"}}', True)
     assert listener.log.unasked_responses == 1
+
+
+def test_the_timings_a_response_done_tells_reach_the_report_under_the_servers_key() -> None:
+    assert TIMINGS_KEY == SERVER_TIMINGS_KEY
+    listener = SessionListener(SessionLog(0))
+    listener.expect(turn := Turn(0, 0, tone_prompts().prompts[0], speech_end_at=5.0))
+    told = {"end_of_turn_wait_ms": 612.5, "first_audio_ms": 1480.0}
+    metadata = {"topic": "x", TIMINGS_KEY: json.dumps(told)}
+    listener.on_event({"type": "response.created", "response": {"id": "resp_1"}}, 6.0)
+    listener.on_event(
+        {"type": "response.done", "response": {"id": "resp_1", "status": "completed", "metadata": metadata}}, 7.0
+    )
+    assert turn.response is not None and turn.response.server_timings == told
+    latencies = report_plots.turn_latencies(turn)
+    assert (latencies["server_end_of_turn_wait_ms"], latencies["server_first_audio_ms"]) == (612.5, 1480.0)
 
 
 def test_a_malformed_event_is_counted_and_the_session_goes_on() -> None:
