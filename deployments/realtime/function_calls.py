@@ -29,6 +29,7 @@ class FunctionCalls:
         if isinstance(piece, FunctionCallStarted):
             call = FunctionCall(new_id("item"), piece.call_id, piece.name, complete=False)
             self._calls.append(call)
+            self._run.timeline.trace.function_called(piece.name, piece.call_id)
             self._announce(call)
             return
         call = self._calls[piece.index]

@@ -130,10 +130,12 @@ class Responder:
         if run.options.in_conversation:
             for item in run.outputs:
                 self._conversation.add(item)
+        run.timeline.shown()
         self._outbox.release(run.id)
         if run.status == "completed":
             self.current = None
             self._ended(run)
+            run.timeline.end(run.id, "completed")
 
     def cancel(self, reason: CancelReason | None) -> bool:
         """Stop the current response; ``False`` when the client had none to stop.
@@ -267,10 +269,10 @@ class Responder:
 
     def _end(self, run: ResponseRun, status: Status, details: RealtimeResponseStatus | None = None) -> None:
         run.status = status
-        run.timeline.end(run.id, status, details.reason if details is not None and status == "cancelled" else None)
         ResponseEvents(self._outbox, run).done(details, on_sent=lambda: self._playback.answer_over(run.id))
-        if not self._outbox.holds(run.id):
+        if not self._outbox.holds(run.id):  # else it ends when shown
             self._ended(run)
+            run.timeline.end(run.id, status, details.reason if details is not None and status == "cancelled" else None)
         self._metrics.response_ended(run.timeline.report(run.id, status))
 
     def _ended(self, run: ResponseRun) -> None:

@@ -103,7 +103,8 @@ class ResponseEvents:
     def done(self, details: RealtimeResponseStatus | None = None, on_sent: Sent | None = None) -> None:
         """The end, with the turn's timings in ``metadata`` beside the client's own."""
         response = wire_response(self._run, details)
-        response.metadata = (response.metadata or {}) | self._run.timeline.metadata()
+        response.metadata = dict(response.metadata or {})
+        self._run.timeline.tell(response.metadata)
         self._emit(ResponseDoneEvent, on_sent, response=response)
 
     def _emit(self, event_type: type[OpenAIModel], on_sent: Sent | None = None, **fields: Any) -> None:

@@ -22,6 +22,7 @@ STEPS = (
     "first_piece",
     "tts_first_audio",
     "first_audio",
+    "shown",
 )
 TIMINGS = {
     "speech_stopped": "end_of_turn_wait_ms",
@@ -48,6 +49,8 @@ class Timeline:
         self.adopted = False
         """The answer was started speculatively in the pause and shown as it was."""
         self.trace = TurnTrace(started_at)
+        self._told: dict[str, str] | None = None
+        """The metadata of the answer's ``response.done``, if made while the answer was held."""
 
     def for_fresh_answer(self) -> "Timeline":
         """The turn's steps without the answer's: for an answer started over."""
@@ -79,11 +82,27 @@ class Timeline:
         origin = marks.get("speech_end", marks.get("speech_stopped", marks.get("requested")))
         if origin is None:
             return {}
-        return {name: round((marks[step] - origin) * 1000, 1) for step, name in TIMINGS.items() if step in marks}
+        sent = {"first_audio": self._first_audio_sent()} if "first_audio" in marks else {}
+        at = marks | sent
+        return {name: round((at[step] - origin) * 1000, 1) for step, name in TIMINGS.items() if step in at}
 
-    def metadata(self) -> dict[str, str]:
+    def _first_audio_sent(self) -> float:
+        """Audio of an answer made held (in the user's pause) goes out when it is shown."""
+        return max(self._marks["first_audio"], self._marks.get("shown", 0.0))
+
+    def tell(self, metadata: dict[str, str]) -> None:
+        """Put the timings in ``response.done``'s ``metadata``; if the answer is held, they are
+        brought up to date when it is shown (:meth:`shown`)."""
         timings = self.timings()
-        return {TIMINGS_KEY: json.dumps(timings, separators=(",", ":"))} if timings else {}
+        if timings:
+            metadata[TIMINGS_KEY] = json.dumps(timings, separators=(",", ":"))
+        self._told = metadata
+
+    def shown(self) -> None:
+        """The held answer is shown now: what it queued goes out."""
+        self.mark("shown")
+        if self._told is not None:
+            self.tell(self._told)
 
     def report(self, response_id: str, status: str) -> dict[str, Any]:
         origin = self._marks.get("speech_stopped", self._marks.get("requested"))
@@ -111,4 +130,5 @@ class Timeline:
             attributes["lk.response.ttft"] = self._marks["llm_first_delta"] - self._marks["prompt_ready"]
         if reason is not None:
             attributes["s2s.cancel.reason"] = reason
-        self.trace.end(self._marks, attributes)
+        marks = self._marks | ({"first_audio": self._first_audio_sent()} if "first_audio" in self._marks else {})
+        self.trace.end(marks, attributes)

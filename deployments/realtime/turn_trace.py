@@ -57,6 +57,10 @@ class TurnTrace:
         self._stages.append(stage)
         return stage
 
+    def function_called(self, name: str, call_id: str) -> None:
+        """The model called a function (the client runs it): an event of the turn."""
+        self.span.add_event("function_tool", {"lk.function_tool.name": name, "lk.function_tool.id": call_id})
+
     def end(self, marks: Mapping[str, float], attributes: Mapping[str, float | str | bool]) -> None:
         """The answer ended: its stages that did not end were cut short; ``marks`` (monotonic
         times of its steps) give the spans that called nothing."""

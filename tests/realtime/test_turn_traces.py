@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from test_session_tools import CALL, with_tools
 
 from deployments import telemetry
 from deployments.realtime.session_trace import SESSION_SPAN, session_span
@@ -98,6 +99,7 @@ async def test_a_spoken_turn_is_a_trace_of_its_stages_named_as_the_session_asked
         "first_audio_ms",
     }
     assert min(timings.values()) >= 0 and max(timings.values()) == timings["first_audio_ms"]
+    assert timings["first_audio_ms"] >= timings["end_of_turn_wait_ms"], "held audio goes out when the turn ends"
     assert turn.attributes["lk.e2e_latency"] == timings["first_audio_ms"] / 1000
     eou, playout = stages["eou_detection"], stages["playout"]
     assert eou.end_time is not None and playout.start_time is not None and turn.start_time is not None
@@ -169,3 +171,17 @@ def test_tracing_is_on_only_with_an_endpoint_and_the_sdk_enabled() -> None:
     assert telemetry.enabled_by({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint})
     assert not telemetry.enabled_by({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SDK_DISABLED": "true"})
     assert not telemetry.enabled_by({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "none"})
+
+
+async def test_a_function_call_is_an_event_of_its_turn(spans: InMemorySpanExporter) -> None:
+    h = Harness()
+    with traced(h):
+        async with h:
+            await with_tools(h, tool_choice={"type": "function", "name": "get_weather"})
+            h.stages.answer = CALL
+            h.socket.client_sends(type="response.create")
+            done = await h.socket.wait_type("response.done")
+    (turn,) = [s for s in spans.get_finished_spans() if s.name == "agent_turn"]
+    assert turn.attributes is not None and turn.attributes["s2s.response.id"] == done["response"]["id"]
+    (event,) = [e for e in turn.events if e.name == "function_tool"]
+    assert dict(event.attributes or {}) == {"lk.function_tool.name": "get_weather", "lk.function_tool.id": "call_abc"}
