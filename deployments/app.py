@@ -28,6 +28,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         None if synthetic is not None else config.llm.handler.max_model_len - config.llm.handler.max_tokens,
         config.vad.batch_interval_s,
         synthetic,
+        models_used=models_used(config),
     )
 
 
@@ -42,3 +43,17 @@ def _model_name(config: AppConfig) -> str:
     if config.synthetic is not None:
         return "synthetic"
     return PurePath(config.llm.handler.model).name if config.llm.handler.model else "SmolLM2-135M-Instruct"
+
+
+def models_used(config: AppConfig) -> dict[str, str]:
+    """Each stage's model as a recorded session's report names it: the configured name, or
+    the bundled model's."""
+    if config.synthetic is not None:
+        return dict.fromkeys(("vad", "stt", "llm", "tts"), "synthetic")
+    return {
+        "vad": "silero-vad",
+        "turn_end": config.turn_end.handler.model or "smart-turn-v3.2-cpu",
+        "stt": config.stt.handler.model or "tiny.en",
+        "llm": _model_name(config),
+        "tts": config.tts.handler.voice or "en_US-joe-medium",
+    }

@@ -42,6 +42,7 @@ from deployments.realtime.protocol import (
 from deployments.realtime.recorder import StoredSession
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession
+from deployments.realtime.session_capture import RecordingRequest, Recordings
 from deployments.realtime.session_trace import session_span
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.twilio import MEDIA_STREAM_PATH
@@ -89,10 +90,11 @@ class RealtimeIngress:
         prompt_budget_tokens: int | None = None,
         vad_batch_interval_s: float = 0.03,
         synthetic: SyntheticConfig | None = None,
+        models_used: dict[str, str] | None = None,
     ) -> None:
         """``vad``: the VAD deployment, or ``None`` to run the detector in this replica;
         ``turn_end``: the end-of-turn model's, or ``None`` (synthetic engines) for its
-        stand-in here."""
+        stand-in here; ``models_used``: each stage's model, as recorded sessions' reports name them."""
         telemetry.configure("s2s-ingress")
         vad = on_cluster_transport(vad) if vad is not None else None
         turn_end = on_cluster_transport(turn_end) if turn_end is not None else None
@@ -126,6 +128,7 @@ class RealtimeIngress:
         self._phone_calls = PhoneCalls(self._access, self._sessions, self._serve, config.instructions)
         self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
+        self._recordings = Recordings(config.recording, models_used)
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
@@ -196,6 +199,7 @@ class RealtimeIngress:
         if refusal is not None:  # before a resume: a refused client keeps its token
             await websocket.accept(subprotocol=chosen_subprotocol(offered))
             await websocket.send_text(encode(refusal))
+            self._metrics.errors.inc(tags={"code": refusal.error.code or refusal.error.type})
             code = CLOSE_GOING_AWAY if self._sessions.closing else CLOSE_TRY_AGAIN_LATER
             await websocket.close(code, refusal.error.code)
             return
@@ -215,7 +219,8 @@ class RealtimeIngress:
                     return
             await websocket.accept(subprotocol=chosen_subprotocol(offered))
             drain_notice = websocket.query_params.get("drain_notice") in ("1", "true")
-            await self._serve(WebSocketTransport(websocket), stored, drain_notice)
+            record = websocket.query_params.get("record") in ("1", "true")
+            await self._serve(WebSocketTransport(websocket), stored, drain_notice, record)
         finally:
             self._sessions.release()
 
@@ -245,11 +250,15 @@ class RealtimeIngress:
         return refusal(404, "not_found", not_served(request.url.path))
 
     async def _serve(
-        self, transport: Transport, stored: StoredSession | None = None, drain_notice: bool = False
+        self,
+        transport: Transport,
+        stored: StoredSession | None = None,
+        drain_notice: bool = False,
+        record: bool = False,
     ) -> None:
         """Serve one session: ``stored`` if it resumes one, else a new one (whose record is
         kept when the server has a store); ``drain_notice``: the client asked to be told of
-        a drain (``session.draining``)."""
+        a drain (``session.draining``); ``record``: it asked to be recorded."""
         if stored is None and self._store is not None:
             try:
                 stored = await self._store.new_session()
@@ -262,6 +271,7 @@ class RealtimeIngress:
             error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
             with contextlib.suppress(ClientLeft):
                 await transport.send(error_event(error, "server_error"))
+            self._metrics.errors.inc(tags={"code": error.code})
             await transport.close(CLOSE_INTERNAL_ERROR, error.code)
             return
         metrics = SessionMetrics(self._metrics)
@@ -276,6 +286,7 @@ class RealtimeIngress:
             self._replica_watch,
             stored,
             drain_notice,
+            RecordingRequest(self._recordings, record),
         )
         try:
             resumed = stored is not None and stored.resumed is not None
@@ -291,6 +302,7 @@ class RealtimeIngress:
 
     async def __del__(self) -> None:
         await self._sessions.close_all()
+        await self._recordings.written()
         self._vad.close()
         if (directory := self._directory.built()) is not None:
             await directory.shutdown()

@@ -19,6 +19,10 @@ _RESOURCES = {
     "additionalProperties": False,
 }
 _PLACEMENT = {"nodeSelector": {"type": "object"}, "tolerations": {"type": "array", "items": {"type": "object"}}}
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = {"type": "string", "pattern": rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{_LABEL_NAME}$"}
+"""A Kubernetes label (or annotation) key: the sidecar's label and folder annotation."""
 
 
 def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
@@ -70,6 +74,29 @@ def values_schema() -> dict[str, Any]:
                         )
                     }
                 ),
+                "recording": _object(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "mode": {"enum": ["on_request", "always"]},
+                        "mountPath": {"type": "string", "pattern": "^/"},
+                        "existingClaim": _STRING,
+                        "sizeLimit": _STRING,
+                        "maxSessionS": {"type": "number", "exclusiveMinimum": 0},
+                        "maxTotalBytes": {"type": ["integer", "null"], "minimum": 1 << 20},
+                        "retentionDays": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                    }
+                ),
+                "tracing": _object(
+                    {
+                        "otlpEndpoint": {"type": "string", "pattern": "^(https?://.+)?$"},
+                        "samplingRatio": {"type": "number", "minimum": 0, "maximum": 1},
+                        "env": {
+                            "type": "object",
+                            "patternProperties": {"^OTEL_[A-Z0-9_]+$": _STRING},
+                            "additionalProperties": False,
+                        },
+                    }
+                ),
                 "serve": _object(
                     {
                         "proxyLocation": {"enum": ["Disabled", "HeadOnly", "EveryNode"]},
@@ -114,6 +141,19 @@ def values_schema() -> dict[str, Any]:
                     }
                 ),
                 "serviceMonitor": _object({"enabled": {"type": "boolean"}, "interval": _STRING}),
+                "grafana": _object(
+                    {
+                        "dashboard": _object(
+                            {
+                                "enabled": {"type": "boolean"},
+                                "label": _LABEL_KEY,
+                                "labelValue": {"type": "string", "pattern": rf"^({_LABEL_NAME})?$"},
+                                "folderAnnotation": _LABEL_KEY,
+                                "folder": _STRING,
+                            }
+                        )
+                    }
+                ),
             },
             ["image", "serve", "workerGroups"],
         ),

@@ -2,6 +2,8 @@
 input format, a transport's ``CallerAudio`` too, committed as a user item, cleared) and the
 audio of a user audio item."""
 
+from collections.abc import Callable
+
 import numpy as np
 from openai.types.realtime import (
     ConversationItem,
@@ -24,10 +26,19 @@ from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
 
 class InputAudioEvents:
     def __init__(
-        self, *, audio: AudioInput, guard: InputGuard, settings: SessionSettings, turns: TurnTaker, outbox: Outbox
+        self,
+        *,
+        audio: AudioInput,
+        guard: InputGuard,
+        settings: SessionSettings,
+        turns: TurnTaker,
+        outbox: Outbox,
+        on_audio: Callable[[bytes, WireAudio], None] | None = None,
     ) -> None:
+        """``on_audio``: told of each piece of audio taken in (the bytes, their format): every
+        caller's audio passes here, whatever carried it."""
         self._audio, self._guard, self._settings = audio, guard, settings
-        self._turns, self._outbox = turns, outbox
+        self._turns, self._outbox, self._on_audio = turns, outbox, on_audio
 
     async def append(self, event: InputAudioBufferAppendEvent) -> None:
         await self.append_audio(event.audio)
@@ -42,6 +53,8 @@ class InputAudioEvents:
             raise ProtocolError("invalid_value", str(exc), "audio") from None
         await self._guard.admit_audio(len(data) / wire.bytes_per_second)
         self._audio.append(samples, wire.rate)
+        if self._on_audio is not None:
+            self._on_audio(data, wire)
 
     async def commit(self, event: InputAudioBufferCommitEvent) -> None:
         utterance = await self._audio.commit()

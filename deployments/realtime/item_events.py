@@ -3,7 +3,7 @@
 Each checks its input in our words (a :class:`ProtocolError` the session turns into an
 ``error`` event), changes the conversation, and says so on the outbox in the order the
 protocol gives. A user audio item is transcribed like a spoken turn (``Transcription``), so
-its events come as a turn's do.
+its events come as a turn's do. A resumed session's items are announced again (:func:`replay`).
 """
 
 from collections.abc import Callable
@@ -95,3 +95,13 @@ class ItemEvents:
 
 def unknown_item(item_id: str | None, param: str) -> ProtocolError:
     return ProtocolError("item_not_found", f"no item {str(item_id)[:64]!r} in the conversation", param)
+
+
+def replay(conversation: Conversation, outbox: Outbox) -> None:
+    """A resumed session shows its client the conversation it holds, as it was built:
+    each item ``conversation.item.added`` then ``conversation.item.done``, in order."""
+    previous = None
+    for item in conversation.items:
+        outbox.put(server_event(ConversationItemAdded, item=item.wire(), previous_item_id=previous))
+        outbox.put(server_event(ConversationItemDone, item=item.wire(), previous_item_id=previous))
+        previous = item.id

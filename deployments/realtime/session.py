@@ -22,10 +22,8 @@ from typing import Any, TypeVar
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import (
-    ConversationItemAdded,
     ConversationItemCreateEvent,
     ConversationItemDeleteEvent,
-    ConversationItemDone,
     ConversationItemRetrieveEvent,
     ConversationItemTruncateEvent,
     InputAudioBufferAppendEvent,
@@ -46,7 +44,7 @@ from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.audio_out import CLEAR_AUDIO
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.input_events import InputAudioEvents
-from deployments.realtime.item_events import ItemEvents
+from deployments.realtime.item_events import ItemEvents, replay
 from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
@@ -63,6 +61,7 @@ from deployments.realtime.protocol import (
 from deployments.realtime.recorder import SessionRecorder, StoredSession
 from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
 from deployments.realtime.response_requests import ResponseRequests
+from deployments.realtime.session_capture import RecordingRequest, each
 from deployments.realtime.session_record import item_from_record
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
@@ -91,11 +90,13 @@ class RealtimeSession:
         watch: StageWatch = NO_WATCH,
         stored: StoredSession | None = None,
         drain_notice: bool = False,
+        recording: RecordingRequest | None = None,
     ) -> None:
         """``prompt_budget_tokens``: the LLM's context less its answer (``None``: unbounded);
         ``watch``: which stages have no running replica (their calls fail at once);
         ``stored``: where the session's record is kept (``None``: nowhere, no resume);
-        ``drain_notice``: the client asked for ``session.draining`` events."""
+        ``drain_notice``: the client asked for ``session.draining`` events;
+        ``recording``: whether its audio and report are recorded (``None``: not)."""
         self.id = stored.session_id if stored is not None else new_id("sess")
         self._stored = stored
         self._drain_notice = drain_notice
@@ -118,15 +119,12 @@ class RealtimeSession:
         self._conversation = Conversation(config.history_items)
         for record in resumed["items"] if resumed is not None else []:
             self._conversation.add(item_from_record(record))
-        on_sent: Callable[[Any], None] = metrics.sent
+        recorder = None
         if stored is not None:
             recorder = SessionRecorder(self.settings, self._conversation, stored.save, self._superseded)
             stored.rewrite_with(recorder.rewrite)
-
-            def on_sent(event: Any) -> None:
-                metrics.sent(event)
-                recorder.sent(event)
-
+        self._capture, self._refusal = recording.open(self.id) if recording is not None else (None, None)
+        self._on_sent = on_sent = each((metrics, recorder, self._capture))
         self._outbox = Outbox(transport.send, transport.audio, config.outgoing_events, on_sent, metrics.dropped)
         self._playback = Playback(
             transport.audio, lambda: self._outbox.put(CLEAR_AUDIO), lambda: self.settings.interruption.audio_lead_ms
@@ -174,11 +172,14 @@ class RealtimeSession:
             input_audio=lambda: self.settings.input_audio,
         )
         self._input = InputAudioEvents(
-            audio=self._audio, guard=self._guard, settings=self.settings, turns=self._turns, outbox=self._outbox
+            audio=self._audio,
+            guard=self._guard,
+            settings=self.settings,
+            turns=self._turns,
+            outbox=self._outbox,
+            on_audio=self._capture.heard if self._capture is not None else None,
         )
-        responses = ResponseRequests(
-            self._responder, self._conversation, self.settings, metrics, config.max_item_chars
-        )
+        responses = ResponseRequests(self._responder, self._conversation, self.settings, metrics, config.max_item_chars)
         self._handlers: dict[type[OpenAIModel], Handler[Any]] = {
             SessionUpdateEvent: self._on_session_update,
             InputAudioBufferAppendEvent: self._input.append,
@@ -197,7 +198,9 @@ class RealtimeSession:
     async def run(self) -> None:
         """Serve the socket until the client leaves, the server closes it or a part fails."""
         self._outbox.put(server_event(SessionCreatedEvent, session=self._described()))
-        self._replay()
+        if self._refusal is not None:  # asked for a recording the server does not make
+            self._outbox.put(error_event(self._refusal))
+        replay(self._conversation, self._outbox)
         try:
             await self._supervisor.run(self._receive(), self._outbox.run(), self._audio.run(), self._turns.run())
         except* ClientLeft:
@@ -212,6 +215,8 @@ class RealtimeSession:
         finally:
             self._responder.cancel(None)
             self._turns.reset()
+            if self._capture is not None:
+                self._capture.finish()
 
     def _described(self) -> RealtimeSessionCreateRequest:
         """The session as ``session.created`` shows it: its settings, and (extra fields, which
@@ -221,15 +226,6 @@ class RealtimeSession:
         if self._stored is not None:
             session.resume_token = self._stored.resume_token  # type: ignore[attr-defined]
         return session
-
-    def _replay(self) -> None:
-        """A resumed session shows its client the conversation it holds, as it was built:
-        each item ``conversation.item.added`` then ``conversation.item.done``, in order."""
-        previous = None
-        for item in self._conversation.items:
-            self._outbox.put(server_event(ConversationItemAdded, item=item.wire(), previous_item_id=previous))
-            self._outbox.put(server_event(ConversationItemDone, item=item.wire(), previous_item_id=previous))
-            previous = item.id
 
     def _superseded(self) -> None:
         """The session was resumed on another connection: this one ends, saying so."""
@@ -252,6 +248,7 @@ class RealtimeSession:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(FAILURE_REPORT_TIMEOUT_S):
                 await self._transport.send(error)
+                self._on_sent(error)  # counted and recorded like any error sent
                 await self._transport.close(code, error.error.code or "")
 
     def _vad_failed(self) -> None:

@@ -16,7 +16,14 @@ from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 
 
 @pytest.fixture(scope="session")
-def realtime_url(serve_port: int) -> Iterator[str]:
+def recordings_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the served app records the sessions that ask (``?record=true``); the others
+    write nothing, so no other test pays for it."""
+    return tmp_path_factory.mktemp("recordings")
+
+
+@pytest.fixture(scope="session")
+def realtime_url(serve_port: int, recordings_dir: Path) -> Iterator[str]:
     """``ws://…/v1`` of the application built from the local profile's defaults."""
     config = {
         "ingress": {
@@ -29,6 +36,7 @@ def realtime_url(serve_port: int) -> Iterator[str]:
             # (test_backchannels.py). The page paced has its tests on the synthetic engines
             # (test_voice_page_paced.py).
             "interruption": {"audio_lead_ms": None},
+            "recording": {"directory": str(recordings_dir)},
         }
     }
     serve.run(build_app(config), name=APP_NAME, route_prefix="/")

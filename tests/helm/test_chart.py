@@ -432,3 +432,24 @@ def test_the_redis_session_store_gets_its_url_on_every_pod_from_a_secret_or_the_
 def test_a_redis_session_store_without_exactly_one_redis_fails_the_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         render(values)
+
+
+def test_tracing_sets_opentelemetrys_environment_on_every_pod_only_when_given_an_endpoint() -> None:
+    def otel_env(values: dict[str, Any]) -> list[dict[str, str]]:
+        cluster = rayservice(values)["spec"]["rayClusterConfig"]
+        specs = [cluster["headGroupSpec"]["template"]["spec"]]
+        specs += [group["template"]["spec"] for group in cluster["workerGroupSpecs"]]
+        envs = [[e for e in spec["containers"][0]["env"] if e["name"].startswith("OTEL_")] for spec in specs]
+        assert all(env == envs[0] for env in envs), "every pod alike"
+        return envs[0]
+
+    assert otel_env({}) == []
+    tracing = {"otlpEndpoint": "http://tempo:4318", "samplingRatio": 0.1, "env": {"OTEL_BSP_SCHEDULE_DELAY": "1000"}}
+    assert otel_env({"tracing": tracing}) == [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://tempo:4318"},
+        {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
+        {"name": "OTEL_TRACES_SAMPLER_ARG", "value": "0.1"},
+        {"name": "OTEL_BSP_SCHEDULE_DELAY", "value": "1000"},
+    ]
+    with pytest.raises(helm.HelmError, match="tracing"):
+        render({"tracing": {"otlpEndpoint": "http://tempo:4318", "env": {"RAY_SERVE_X": "1"}}})

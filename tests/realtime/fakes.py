@@ -23,6 +23,7 @@ from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.recorder import StoredSession
 from deployments.realtime.session import RealtimeSession
+from deployments.realtime.session_capture import RecordingRequest
 from deployments.realtime.transport import WebSocketTransport
 from deployments.realtime.wire_audio import WireAudio
 from deployments.telemetry import Carrier
@@ -356,6 +357,7 @@ class Harness:
         metrics: SessionMetrics | None = None,
         stored: StoredSession | None = None,
         transport: Callable[[FakeSocket], Any] | None = None,
+        recording: RecordingRequest | None = None,
         **config: Any,
     ) -> None:
         """``transport``: the session's transport over the socket (a WebSocket's if ``None``)."""
@@ -376,6 +378,7 @@ class Harness:
             metrics or SessionMetrics(IngressMetrics()),
             prompt_budget_tokens,
             stored=stored,
+            recording=recording,
         )
         self.task: asyncio.Task[None] | None = None
 

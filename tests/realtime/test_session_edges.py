@@ -11,6 +11,7 @@ from fakes import FakeStages, Harness, append_audio, speech
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.items import AssistantMessage
 
 TURN = {"type": "server_vad"}
@@ -124,9 +125,23 @@ async def test_an_event_over_the_size_limit_is_refused_and_the_session_goes_on()
         await answer_completes(h)
 
 
+class ErrorsSeen(SessionMetrics):
+    """The session's metrics, and the codes of the errors they counted."""
+
+    def __init__(self) -> None:
+        super().__init__(IngressMetrics())
+        self.codes: list[str] = []
+
+    def sent(self, event: Any) -> None:
+        super().sent(event)
+        if event.type == "error":
+            self.codes.append(event.error.code)
+
+
 async def test_audio_faster_than_the_limit_is_refused_then_the_flooder_is_closed() -> None:
     limits = {"audio_rate": 1.0, "audio_burst_s": 2.0, "strikes": 5, "strike_window_s": 60}
-    async with Harness(limits=limits) as h:
+    metrics = ErrorsSeen()
+    async with Harness(limits=limits, metrics=metrics) as h:
         append_audio(h.socket, speech(1, seconds=1.0, silence_s=0.5))  # 1.5 s: within the burst
         second = bytes(48000)  # 1 s of 24 kHz PCM16
         for _ in range(8):
@@ -138,6 +153,7 @@ async def test_audio_faster_than_the_limit_is_refused_then_the_flooder_is_closed
         assert errors[:5] == ["input_audio_rate_exceeded"] * 5
         assert errors[-1] == "too_many_violations"
         assert h.socket.closed is not None and h.socket.closed[0] == 1008
+        assert metrics.codes == errors, "the error that closes the session is counted like the rest"
 
 
 async def test_a_backlog_the_vad_cannot_keep_up_with_is_refused_not_queued() -> None:

@@ -34,6 +34,26 @@ env:
   {{- end }}
   {{- include "s2s-serve.redisUrlEnv" . | nindent 2 }}
   {{- include "s2s-serve.dataPathEnv" . | nindent 2 }}
+  {{- include "s2s-serve.tracingEnv" . | nindent 2 }}
+{{- end -}}
+
+{{/* OpenTelemetry's settings, which every process reads from its environment
+(deployments/telemetry.py): none unless an endpoint is given. */}}
+{{- define "s2s-serve.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .otlpEndpoint | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplingRatio | quote }}
+{{- range $name, $value := .env }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The redis session store's URL: from the user's Secret, or the chart's own Redis. */}}
@@ -170,4 +190,42 @@ its old process, after a reload, holds its tunnels for hardStopAfterS at most. *
 {{- if and (eq .Values.dataPath "haproxy") (lt (int .Values.haproxy.hardStopAfterS) (add $grace 10 | int)) }}
 {{- fail (printf "haproxy.hardStopAfterS (%v) must be at least the ingress's graceful_shutdown_timeout_s plus 10 (%d): HAProxy would cut calls that are still being drained" .Values.haproxy.hardStopAfterS (add $grace 10)) }}
 {{- end }}
+{{- end -}}
+
+{{/* The app's args as served: serve.app.args, and with recording enabled its
+ingress.recording from the recording values (the directory: the volume's mountPath). */}}
+{{- define "s2s-serve.appArgs" -}}
+{{- $args := deepCopy .Values.serve.app.args -}}
+{{- $recording := .Values.recording -}}
+{{- if $recording.enabled }}
+{{- $ingress := $args.ingress | default dict }}
+{{- $config := dict "directory" $recording.mountPath "mode" $recording.mode "max_session_s" $recording.maxSessionS }}
+{{- $_ := set $config "max_total_bytes" (ternary nil (int64 $recording.maxTotalBytes) (kindIs "invalid" $recording.maxTotalBytes)) }}
+{{- $_ := set $config "retention_days" $recording.retentionDays }}
+{{- $_ := set $ingress "recording" $config }}
+{{- $_ := set $args "ingress" $ingress }}
+{{- end }}
+{{- toYaml $args }}
+{{- end -}}
+
+{{/* Fails the render when the app's recording is set by hand: without the chart's volume
+its files would go to the container's own disk, lost with it. */}}
+{{- define "s2s-serve.checkRecording" -}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict }}
+{{- if hasKey $ingress "recording" }}
+{{- fail "serve.app.args.ingress.recording: set the chart's recording values instead (recording.enabled mounts the volume and sets it)" }}
+{{- end }}
+{{- end -}}
+
+{{/* "true" when the worker group (.group) can run the ingress: its labels satisfy the
+ingress's label_selector, or it has none. */}}
+{{- define "s2s-serve.runsIngress" -}}
+{{- $ingress := .root.Values.serve.app.args.ingress | default dict }}
+{{- $deployment := $ingress.deployment | default dict }}
+{{- $labels := .group.labels | default dict }}
+{{- $match := true }}
+{{- range $key, $value := $deployment.label_selector | default dict }}
+{{- if ne (get $labels $key) $value }}{{ $match = false }}{{ end }}
+{{- end }}
+{{- $match }}
 {{- end -}}

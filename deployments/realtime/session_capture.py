@@ -1,0 +1,135 @@
+"""Whether a session is recorded, and its recording and report from its start to its end.
+
+Recording is opt-in twice: the server's config must name a directory (``ingress.recording``,
+off by default) and, unless its ``mode`` is ``always``, the session must ask
+(``/v1/realtime?record=true``). A session that asks where the server records nothing is told
+so (``error`` ``recording_not_enabled``) and goes on unrecorded.
+
+A recorded session's :class:`SessionCapture` sees what the session takes in (the caller's
+audio, from the one place all of it passes: ``InputAudioEvents``) and what it sends (the
+outbox's ``on_sent``). At its end the WAV is finished, the report written beside it and the
+directory swept (:mod:`retention`), in a detached task and threads: the session's end waits
+for none of it, and the replica's :class:`Recordings` waits for all of it when it stops.
+"""
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from cancel import spawn_detached
+from deployments.config import WAV_HEADER_BYTES, RecordingConfig
+from deployments.realtime.protocol import ProtocolError
+from deployments.realtime.recording import StereoRecording
+from deployments.realtime.retention import sweep
+from deployments.realtime.session_report import SessionReport
+from deployments.realtime.wire_audio import WireAudio
+
+logger = logging.getLogger(__name__)
+
+NOT_ENABLED = "this server does not record sessions: this session goes on unrecorded"
+
+
+class SessionCapture:
+    """One session's recording and report."""
+
+    def __init__(
+        self, config: RecordingConfig, session_id: str, models: Mapping[str, str], finishing: set["asyncio.Task[Any]"]
+    ) -> None:
+        assert config.directory is not None
+        self._config = config
+        self._directory = Path(config.directory)
+        self._stem = f"{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{session_id}"
+        cap_frames = (config.session_cap_bytes() - WAV_HEADER_BYTES) // 4
+        self._recording = StereoRecording(self._directory, self._stem, cap_frames)
+        self._report = SessionReport(session_id, models, self._recording)
+        self._finishing = finishing
+
+    @property
+    def report_path(self) -> Path:
+        return self._directory / f"{self._stem}.json"
+
+    def heard(self, data: bytes, wire: WireAudio) -> None:
+        """Caller audio the session took in (``data`` in its input format ``wire``)."""
+        self._recording.caller(data, wire)
+
+    def sent(self, event: Any) -> None:
+        """The outbox sent ``event`` to the client."""
+        self._recording.sent(event)
+        self._report.sent(event)
+
+    def finish(self) -> None:
+        """The session ended: the recording and its report are written in the background."""
+        task = spawn_detached(self._finish())
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _finish(self) -> None:
+        try:
+            report = self._report.finished(await self._recording.close())
+            await asyncio.to_thread(self._write, report)
+        except Exception:
+            logger.exception("the recording %s could not be finished", self._stem)
+
+    def _write(self, report: dict[str, Any]) -> None:
+        """The report beside the recording (whole or not at all), then the directory's sweep."""
+        partial = self._directory / f".{self._stem}.json"
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            json.dump(report, file, indent=2)
+        os.replace(partial, self.report_path)
+        sweep(self._directory, self._config.max_total_bytes, self._config.retention_days)
+
+
+class Recordings:
+    """The replica's recordings: which sessions are recorded, and those still being written."""
+
+    def __init__(self, config: RecordingConfig, models: Mapping[str, str] | None = None) -> None:
+        """``models``: the name of each stage's model, as the reports list them."""
+        self._config = config
+        self._models = dict(models or {})
+        self._finishing: set[asyncio.Task[Any]] = set()
+
+    def open(self, session_id: str, asked: bool) -> tuple[SessionCapture | None, ProtocolError | None]:
+        """The session's capture (``None``: not recorded), and the refusal its client is sent
+        if it asked for a recording this server does not make."""
+        if self._config.directory is None:
+            return None, ProtocolError("recording_not_enabled", NOT_ENABLED, "record") if asked else None
+        if asked or self._config.mode == "always":
+            return SessionCapture(self._config, session_id, self._models, self._finishing), None
+        return None, None
+
+    async def written(self) -> None:
+        """Until every ended session's recording and report are on disk."""
+        await asyncio.gather(*self._finishing, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class RecordingRequest:
+    """What a new session is given: the replica's recordings, and whether its client asked."""
+
+    recordings: Recordings
+    asked: bool = False
+
+    def open(self, session_id: str) -> tuple[SessionCapture | None, ProtocolError | None]:
+        return self.recordings.open(session_id, self.asked)
+
+
+class SentObserver(Protocol):
+    def sent(self, event: Any) -> None: ...
+
+
+def each(observers: Iterable[SentObserver | None]) -> Callable[[Any], None]:
+    """One outbox ``on_sent`` that tells every observer given (``None``s left out), in order."""
+    chosen = tuple(observer.sent for observer in observers if observer is not None)
+
+    def sent(event: Any) -> None:
+        for observer in chosen:
+            observer(event)
+
+    return sent
