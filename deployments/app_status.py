@@ -1,6 +1,6 @@
 """This application's Serve status: its running replicas per deployment, cached, for
-``/stats``, their actor ids for the replica watch, and what the controller is doing with
-this replica, for the ingress's shutdown watch."""
+``/stats`` (with where Ray exports the metrics), their actor ids for the replica watch, and
+what the controller is doing with this replica, for the ingress's shutdown watch."""
 
 import asyncio
 import enum
@@ -12,6 +12,15 @@ from ray.serve.context import _get_global_client
 from ray.serve.schema import ApplicationStatus, ReplicaState
 
 from cancel import spawn_detached
+
+
+def metrics_urls_of_nodes() -> list[str]:
+    """Where Ray exports Prometheus metrics, one endpoint per live node."""
+    return [
+        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        for node in ray.nodes()
+        if node.get("Alive") and node.get("MetricsExportPort")
+    ]
 
 
 class RunningReplicas:

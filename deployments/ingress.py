@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 
-import ray
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from ray import serve
@@ -23,7 +22,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments import telemetry
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
-from deployments.app_status import RunningReplicas
+from deployments.app_status import RunningReplicas, metrics_urls_of_nodes
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -62,15 +61,6 @@ STORE_UNAVAILABLE = "the session store cannot be reached: try the resume again s
 
 api = FastAPI(title="s2s-serve realtime ingress")
 add_page(api)  # before the class's routes: its catch-all must come last
-
-
-def _metrics_urls() -> list[str]:
-    """Where Ray exports Prometheus metrics, one endpoint per live node."""
-    return [
-        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
-        for node in ray.nodes()
-        if node.get("Alive") and node.get("MetricsExportPort")
-    ]
 
 
 @serve.deployment
@@ -183,7 +173,7 @@ class RealtimeIngress:
         replicas per deployment (as of up to ``shutdown_poll_s`` ago), where Ray exports the
         Prometheus metrics, and what calls to the models go over (``grpc`` or ``ray``)."""
         replicas = await self._running_replicas.get()
-        metrics_urls = await asyncio.to_thread(_metrics_urls)
+        metrics_urls = await asyncio.to_thread(metrics_urls_of_nodes)
         body = {"sessions": len(self._sessions), "replicas": replicas, "metrics_urls": metrics_urls}
         return JSONResponse(body | {"calls_over": transport_of(self._stages.tts)})
 

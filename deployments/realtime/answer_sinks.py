@@ -8,6 +8,7 @@ sending. Both count what the client was *sent* through the outbox's ``on_sent``,
 cancel keeps exactly that (``AssistantMessage.keep_sent``).
 """
 
+import time
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import ResponseRun
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
+from deployments.realtime.turn_trace import StageSpan
 from handlers.audio import REALTIME_RATE
 from handlers.text import SpeechChunker
 
@@ -99,6 +101,9 @@ class SpokenAnswer:
         self._playout = Playout(run, events, outbox, playback, spawn)
         self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
+        self._speech: StageSpan | None = None
+        """The ``tts_node`` span of the speech being synthesised (``None``: none yet)."""
+        self._spoken_chars, self._synthesized_ns = 0, 0
 
     def cut(self, delta: str) -> Iterable[str]:
         return self._chunker.feed(delta)
@@ -111,8 +116,9 @@ class SpokenAnswer:
         await self._playout.room()
         text = piece if not answer.text else " " + piece
         self._playout.say(text)
-        stage = run.timeline.stage("tts_node")
-        request = TTSRequest(piece, self._ticket, stage.carrier)
+        if self._speech is None:  # one span over a stretch of speech's synthesis calls
+            self._speech = run.timeline.stage("tts_node")
+        request = TTSRequest(piece, self._ticket, self._speech.carrier)
         tts = FailoverStream(lambda: self._stages.synthesize(request), run.id)
         run.streams.add(tts)
         continues_piece = False
@@ -124,10 +130,14 @@ class SpokenAnswer:
                 self._playout.play(pcm[offset : offset + self._frame_bytes])
         self._playout.play(b"")  # the piece ends: an encoder lets out what it held back
         run.streams.discard(tts)
-        stage.end(**{"s2s.tts.characters": len(piece)})
+        self._spoken_chars += len(piece)
+        self._synthesized_ns = time.time_ns()
 
     async def played(self) -> None:
         await self._playout.played()
+        if self._speech is not None:  # the stretch of speech is over: its synthesis ended with its last piece
+            self._speech.end(self._synthesized_ns, **{"s2s.tts.characters": self._spoken_chars})
+            self._speech, self._spoken_chars = None, 0
 
     def stop(self) -> None:
         self._playout.stop()

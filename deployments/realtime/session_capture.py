@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cancel import spawn_detached
-from deployments.config import WAV_HEADER_BYTES, RecordingConfig
 from deployments.realtime.protocol import ProtocolError
 from deployments.realtime.recording import StereoRecording
+from deployments.realtime.recording_config import WAV_HEADER_BYTES, RecordingConfig
 from deployments.realtime.retention import sweep
 from deployments.realtime.session_report import SessionReport
 from deployments.realtime.wire_audio import WireAudio

@@ -32,10 +32,11 @@ class StageSpan:
         self.span = span
         self.carrier: Carrier | None = carrier(span)
 
-    def end(self, **attributes: float | str | bool) -> None:
+    def end(self, end_ns: int | None = None, **attributes: float | str | bool) -> None:
+        """The stage ended (at ``end_ns``, wall-clock ns, if not now)."""
         if self.span.is_recording():  # once: a stage that ends early is not ended again
             self.span.set_attributes(attributes)
-            self.span.end()
+            self.span.end(end_time=end_ns)
 
 
 NO_STAGE = StageSpan(trace.INVALID_SPAN)

@@ -12,11 +12,11 @@ import pytest
 from fakes import FakeStages, FakeStream, Harness, append_audio, speech
 from pydantic import ValidationError
 
-from deployments.config import RecordingConfig
 from deployments.messages import TTSRequest
 from deployments.realtime.audio_out import CLEAR_AUDIO, AnswerAudio
 from deployments.realtime.protocol import ProtocolError, error_event
 from deployments.realtime.recording import FLUSH_BYTES, RATE, StereoRecording
+from deployments.realtime.recording_config import RecordingConfig
 from deployments.realtime.retention import sweep
 from deployments.realtime.session_capture import RecordingRequest, Recordings
 from deployments.realtime.session_report import MAX_ENTRIES, SessionReport, turn_timings

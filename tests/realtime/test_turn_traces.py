@@ -82,8 +82,9 @@ async def test_a_spoken_turn_is_a_trace_of_its_stages_named_as_the_session_asked
     assert turn.name == "agent_turn" and turn.attributes is not None
     assert turn.attributes["s2s.response.id"] == done["response"]["id"]
     assert turn.attributes["lk.interrupted"] is False
+    names = [s.name for s in children(turn, finished)]
+    assert set(names) == STAGES and names.count("tts_node") == 1, "one span over the answer's two pieces"
     stages = {s.name: s for s in children(turn, finished)}
-    assert set(stages) == STAGES
     # The replicas' spans go under the calls: each call carried its own stage's context.
     assert span_id_in(h.stages.traces[0]) == stages["stt"].context.span_id  # type: ignore[union-attr]
     assert span_id_in(h.stages.llm_requests[0].trace) == stages["llm_node"].context.span_id  # type: ignore[union-attr]
