@@ -65,7 +65,7 @@ def measure(
     return {
         "sessions": sessions,
         "cpu_ms_per_session_s": round(ms, 3),
-        "sessions_per_core": int(1000 / ms),
+        "sessions_per_core": int(1000 / ms) if ms > 0 else None,  # None: too little CPU for the clock's ticks
         "faster_than_real_time": round(rounds * CHUNK / SPEECH_RATE / wall, 1),
     }
 

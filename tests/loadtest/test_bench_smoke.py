@@ -20,8 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from handlers.audio import SPEECH_RATE
 from loadtest import cli
 
 BENCH_TIMEOUT_S = 600
@@ -105,3 +107,13 @@ def test_backchannel_words_judges_each_rendering(capsys: pytest.CaptureFixture[s
     report = last_json(capsys.readouterr().out)
     said = report["first_look_150ms"]
     assert said["backchannels_said"] == said["interruptions_said"] > 0, said  # one phrase of each, every rendering
+
+
+@pytest.mark.fast
+def test_vad_reports_no_rate_where_the_cpu_clock_saw_no_tick() -> None:
+    """A smoke-sized run may use less CPU than the clock's tick: no rate, not a crash."""
+    from loadtest.benchmarks import vad
+
+    audio = np.zeros(2 * SPEECH_RATE, dtype=np.float32)
+    report = vad.measure(2, 1, audio, lambda calls: None, [])
+    assert report["cpu_ms_per_session_s"] == 0 and report["sessions_per_core"] is None
