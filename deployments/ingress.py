@@ -189,7 +189,7 @@ class RealtimeIngress:
         if refusal is not None:  # before a resume: a refused client keeps its token
             await websocket.accept(subprotocol=chosen_subprotocol(offered))
             await websocket.send_text(encode(refusal))
-            self._metrics.errors.inc(tags={"code": refusal.error.code or refusal.error.type})
+            self._metrics.error_sent(refusal)
             code = CLOSE_GOING_AWAY if self._sessions.closing else CLOSE_TRY_AGAIN_LATER
             await websocket.close(code, refusal.error.code)
             return
@@ -259,9 +259,10 @@ class RealtimeIngress:
         except Exception:
             logger.exception("no cancel scope for a new session")
             error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
+            unavailable = error_event(error, "server_error")
             with contextlib.suppress(ClientLeft):
-                await transport.send(error_event(error, "server_error"))
-            self._metrics.errors.inc(tags={"code": error.code})
+                await transport.send(unavailable)
+            self._metrics.error_sent(unavailable)
             await transport.close(CLOSE_INTERNAL_ERROR, error.code)
             return
         metrics = SessionMetrics(self._metrics)

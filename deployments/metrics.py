@@ -54,6 +54,10 @@ class IngressMetrics:
         self.recent_turns: deque[dict[str, Any]] = deque(maxlen=RECENT_TURNS)
         """Where each recent response's time went (``deployments.realtime.timeline``)."""
 
+    def error_sent(self, event: Any) -> None:
+        """An ``error`` event went to a client (in a session, or refusing one)."""
+        self.errors.inc(tags={"code": event.error.code or event.error.type})
+
 
 class SessionMetrics:
     """What one session reports: it remembers when a turn ended and when a cancel was decided."""
@@ -101,7 +105,7 @@ class SessionMetrics:
                 self._metrics.barge_in_stop.observe(time.monotonic() - self._cancelled_at)
                 self._cancelled_at = None
         elif event.type == "error":
-            self._metrics.errors.inc(tags={"code": event.error.code or event.error.type})
+            self._metrics.error_sent(event)
 
     def flush(self) -> None:
         """Add what was counted locally to the replica's metrics (each ``response.done``, and

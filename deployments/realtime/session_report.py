@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sized
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from deployments.realtime.timeline import TIMINGS_KEY
+
 MAX_ENTRIES = 1000
 """Items, turns, interruptions and errors listed each, at most."""
 
@@ -186,7 +188,7 @@ def item_summary(item: Any) -> dict[str, Any]:
 
 def turn_timings(metadata: Mapping[str, str] | None) -> dict[str, float] | None:
     """The response's ``turn_timings`` (a JSON object of milliseconds), if it has them."""
-    raw = (metadata or {}).get("turn_timings")
+    raw = (metadata or {}).get(TIMINGS_KEY)
     if raw is None:
         return None
     try:

@@ -78,17 +78,18 @@ class Timeline:
     def timings(self) -> dict[str, float]:
         """The turn's steps in ms from the end of the user's speech (or of its turn, or the
         request), for ``response.done``."""
-        marks = self._marks
-        origin = marks.get("speech_end", marks.get("speech_stopped", marks.get("requested")))
+        at = self._as_sent()
+        origin = at.get("speech_end", at.get("speech_stopped", at.get("requested")))
         if origin is None:
             return {}
-        sent = {"first_audio": self._first_audio_sent()} if "first_audio" in marks else {}
-        at = marks | sent
         return {name: round((at[step] - origin) * 1000, 1) for step, name in TIMINGS.items() if step in at}
 
-    def _first_audio_sent(self) -> float:
-        """Audio of an answer made held (in the user's pause) goes out when it is shown."""
-        return max(self._marks["first_audio"], self._marks.get("shown", 0.0))
+    def _as_sent(self) -> dict[str, float]:
+        """The marks as the client saw them: audio of an answer made held (in the user's
+        pause) goes out when the answer is shown, not when it was queued."""
+        if "first_audio" not in self._marks:
+            return self._marks
+        return self._marks | {"first_audio": max(self._marks["first_audio"], self._marks.get("shown", 0.0))}
 
     def tell(self, metadata: dict[str, str]) -> None:
         """Put the timings in ``response.done``'s ``metadata``; if the answer is held, they are
@@ -130,5 +131,4 @@ class Timeline:
             attributes["lk.response.ttft"] = self._marks["llm_first_delta"] - self._marks["prompt_ready"]
         if reason is not None:
             attributes["s2s.cancel.reason"] = reason
-        marks = self._marks | ({"first_audio": self._first_audio_sent()} if "first_audio" in self._marks else {})
-        self.trace.end(marks, attributes)
+        self.trace.end(self._as_sent(), attributes)
