@@ -12,10 +12,11 @@ from cancel import ScopePlacementConfig
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.recording_config import RecordingConfig
 from deployments.session_store import SessionStoreConfig
+from handlers.instructions import VOICE_INSTRUCTIONS
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
 from handlers.synthetic import SyntheticConfig
-from handlers.text import FIRST_CHUNK_MAX_WORDS
+from handlers.text import FIRST_CHUNK_MAX_WORDS, LOW_LEAD_MS
 from handlers.tts import TTSConfig
 from handlers.turn_end import TurnEndConfig
 from handlers.vad import TurnDetection
@@ -116,8 +117,10 @@ class IngressConfig(BaseModel):
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.25, max_ongoing_requests=64)
     max_sessions: int = Field(32, ge=1)
     """Per ingress replica; the next client gets an ``error`` (``session_limit_reached``)."""
-    instructions: str | None = None
-    """Default system prompt; ``None`` keeps the model's own chat-template default."""
+    instructions: str | None = VOICE_INSTRUCTIONS
+    """The sessions' default system prompt, shown in ``session.created``; a client's own
+    replace it. Written for speech (``handlers.instructions``); ``None`` keeps the model's
+    own chat-template default."""
     turn_detection: TurnDetection = TurnDetection()
     interruption: InterruptionRules = InterruptionRules()
     """When speech during an answer interrupts it (sessions may set their own:
@@ -140,6 +143,11 @@ class IngressConfig(BaseModel):
     first_chunk_words: int = Field(FIRST_CHUNK_MAX_WORDS, ge=1)
     """Words that start speaking when the reply has no clause break yet: fewer start
     sooner, at some cost in prosody."""
+    low_lead_ms: float | None = Field(LOW_LEAD_MS, gt=0)
+    """When the audio of an answer ready to play falls below this, its next piece goes out
+    before its sentence ends (a clause, or the words so far), so a listener hears no
+    silence inside an answer (docs/bench/quality.md); ``None``: later pieces are whole
+    sentences, whatever the wait."""
     audio_delta_ms: int = Field(100, ge=10)
     """Size of each ``response.output_audio.delta``."""
     prefill_while_listening: bool = True

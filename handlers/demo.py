@@ -11,6 +11,7 @@ import time
 import wave
 
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
+from handlers.instructions import VOICE_INSTRUCTIONS
 from handlers.llm import LanguageModel
 from handlers.stt import SpeechToText
 from handlers.text import SpeechChunker
@@ -33,14 +34,17 @@ async def run_turn(question: str, out_path: str) -> None:
         started = time.perf_counter()
         transcript = stt.transcribe(utterances[0])
         print(f"user said:  {transcript!r}")
-        chunker, reply = SpeechChunker(), ""
+        chunker, reply, cut_short = SpeechChunker(), "", False
         audio: list[bytes] = []
-        async for delta in llm.stream([{"role": "user", "content": transcript}]):
-            assert isinstance(delta, str)  # no tools, so no calls: only text
+        asked = [{"role": "system", "content": VOICE_INSTRUCTIONS}, {"role": "user", "content": transcript}]
+        async for delta in llm.stream(asked):
+            if not isinstance(delta, str):  # no tools, so no calls: only the cap's cut
+                cut_short = True
+                continue
             reply += delta
             for piece in chunker.feed(delta):
                 audio.extend(chunk.pcm16 for chunk in tts.synthesize(piece))
-        audio.extend(chunk.pcm16 for piece in chunker.flush() for chunk in tts.synthesize(piece))
+        audio.extend(chunk.pcm16 for piece in chunker.flush(cut_short) for chunk in tts.synthesize(piece))
         print(f"agent said: {reply!r} ({time.perf_counter() - started:.2f} s from end of speech)")
         with wave.open(out_path, "wb") as wav:
             wav.setnchannels(1)

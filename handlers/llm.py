@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from handlers.tools import DEFAULT_TOOL_PARSER, LLMOutput, ToolCallDecoder, ToolUse
+from handlers.text import SentenceBound
+from handlers.tools import DEFAULT_TOOL_PARSER, LLMOutput, TokenCapReached, ToolCallDecoder, ToolUse
 
 TOOLS_CHAT_TEMPLATE = Path(__file__).parent / "templates" / "chatml_tools.jinja"
 
@@ -47,7 +48,17 @@ class LLMConfig(BaseModel):
     from 508 to 185 ms here after a prefill of its history)."""
     gpu_memory_utilization: float = 0.85
     max_tokens: int = Field(96, ge=1)
+    """The cap of an answer whose client set none (a client's ``max_output_tokens`` is its
+    cap, within the context). An answer cut there says so (``TokenCapReached``)."""
+    answer_tokens: int | None = Field(40, ge=1)
+    """Past this many tokens an answer whose client set no cap ends with its sentence: voice
+    answers stay short and end whole (docs/bench/quality.md chose it). ``None``: no bound
+    below ``max_tokens``."""
     temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    """Above 1, tokens already in the prompt or answer are less likely: a small model greedy
+    without it loops ("il capo di Roma, il capo di Napoli, ...")."""
     engine_env: dict[str, str] = Field(default_factory=lambda: dict(CPU_ENGINE_ENV))
     """Environment for the engine process; ignored by settings the platform does not use."""
     chat_template: str | None = None
@@ -148,9 +159,11 @@ class LanguageModel:
         max_tokens: int | None = None,
         tools: ToolUse | None = None,
     ) -> AsyncGenerator[LLMOutput, None]:
-        """Yield text deltas of the assistant's reply until done or stale; at most
-        ``max_tokens`` (and the configured maximum) of them, and fewer when the prompt
-        leaves less room in the context. A prompt that fills the context is refused with
+        """Yield text deltas of the assistant's reply until done or stale: at most
+        ``max_tokens`` of them (the client's cap; without one, the configured maximum, and
+        the answer ends with its sentence past ``answer_tokens``), and fewer when the prompt
+        leaves less room in the context; an answer stopped by its cap ends with
+        :class:`TokenCapReached`. A prompt that fills the context is refused with
         :class:`PromptTooLong` before it reaches the engine. With ``tools``, the model may
         call them (:mod:`handlers.tools`): its calls come as typed pieces, not text."""
         from vllm import SamplingParams
@@ -164,9 +177,13 @@ class LanguageModel:
             raise PromptTooLong(
                 f"the prompt leaves {room} of the model's {self.config.max_model_len} tokens for an answer"
             )
+        config = self.config
+        bound = SentenceBound(config.answer_tokens) if max_tokens is None and config.answer_tokens else None
         params = SamplingParams(
-            max_tokens=min(self.config.max_tokens, max_tokens or self.config.max_tokens, room),
-            temperature=self.config.temperature,
+            max_tokens=min(max_tokens or config.max_tokens, room),
+            temperature=config.temperature,
+            top_p=config.top_p,
+            repetition_penalty=config.repetition_penalty,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=decoder.structured_outputs if decoder else None,
             skip_special_tokens=decoder.skip_special_tokens if decoder else True,
@@ -178,12 +195,21 @@ class LanguageModel:
                     break
                 finished = output.finished
                 delta = output.outputs[0]
-                if decoder is None:
-                    if delta.text:
-                        yield delta.text
-                    continue
-                for piece in decoder.feed(delta.text, delta.token_ids, output.finished, output.prompt_token_ids or ()):
-                    yield piece
+                pieces: list[LLMOutput] = [delta.text]
+                if decoder is not None:
+                    pieces = decoder.feed(delta.text, delta.token_ids, finished, output.prompt_token_ids or ())
+                tokens = len(delta.token_ids)
+                for piece in pieces:
+                    ends = False
+                    if bound is not None and isinstance(piece, str):
+                        piece, ends = bound.feed(piece, tokens, finished)
+                        tokens = 0  # counted once per delta
+                    if piece:
+                        yield piece
+                    if ends and not finished:
+                        return  # the sentence past the bound ended: the rest is aborted below
+                if finished and delta.finish_reason == "length":
+                    yield TokenCapReached()
         finally:
             if not finished:
                 await self.engine.abort(request_id)

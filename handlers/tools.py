@@ -65,8 +65,14 @@ class FunctionCallArguments:
     delta: str
 
 
-LLMOutput = str | FunctionCallStarted | FunctionCallArguments
-"""What a language model stream yields: text to say, or pieces of function calls."""
+@dataclass(frozen=True)
+class TokenCapReached:
+    """The answer reached its token cap: it is cut, not finished (the last of a stream)."""
+
+
+LLMOutput = str | FunctionCallStarted | FunctionCallArguments | TokenCapReached
+"""What a language model stream yields: text to say, pieces of function calls, or the news
+that the answer was cut at its token cap."""
 
 
 class InvalidFunctionCall(ValueError):

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "backchannel-words": "loadtest.benchmarks.backchannel_words",
     "client": "loadtest.benchmarks.client_cost",
     "e2e": "loadtest.benchmarks.e2e",
+    "quality": "loadtest.benchmarks.quality",
     "turns": "loadtest.benchmarks.turns",
     "phone": "loadtest.benchmarks.phone",
     "mulaw": "loadtest.benchmarks.mulaw",

@@ -9,7 +9,7 @@ cancel keeps exactly that (``AssistantMessage.keep_sent``).
 """
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from cancel import ScopeTicket
@@ -24,6 +24,7 @@ from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.turn_trace import StageSpan
 from handlers.audio import REALTIME_RATE
+from handlers.speakable import speakable
 from handlers.text import SpeechChunker
 
 
@@ -32,8 +33,8 @@ class AnswerSink(Protocol):
         """The pieces an LLM text delta completes."""
         ...
 
-    def flush(self) -> Iterable[str]:
-        """The pieces left when the LLM is done."""
+    def flush(self, cut_short: bool) -> Iterable[str]:
+        """The pieces left when the LLM is done (``cut_short``: it stopped at its token cap)."""
         ...
 
     async def add(self, piece: str) -> None:
@@ -58,7 +59,7 @@ class WrittenAnswer:
     def cut(self, delta: str) -> Iterable[str]:
         return (delta,)
 
-    def flush(self) -> Iterable[str]:
+    def flush(self, cut_short: bool) -> Iterable[str]:
         return ()
 
     async def add(self, piece: str) -> None:
@@ -96,20 +97,21 @@ class SpokenAnswer:
         *,
         first_chunk_words: int,
         audio_delta_ms: int,
+        low_lead_ms: float | None,
     ) -> None:
         self._run, self._stages, self._ticket = run, stages, ticket
         self._playout = Playout(run, events, outbox, playback, spawn)
-        self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words)
+        self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words, low_lead_ms=low_lead_ms)
         self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
         self._speech: StageSpan | None = None
         """The ``tts_node`` span of the speech being synthesised (``None``: none yet)."""
         self._spoken_chars, self._synthesized_ns = 0, 0
 
     def cut(self, delta: str) -> Iterable[str]:
-        return self._chunker.feed(delta)
+        return _spoken(self._chunker.feed(delta, self._playout.ready_ms()))
 
-    def flush(self) -> Iterable[str]:
-        return self._chunker.flush()
+    def flush(self, cut_short: bool) -> Iterable[str]:
+        return _spoken(self._chunker.flush(cut_short))
 
     async def add(self, piece: str) -> None:
         run, answer = self._run, self._run.answer
@@ -143,6 +145,12 @@ class SpokenAnswer:
         self._playout.stop()
 
 
+def _spoken(pieces: Iterable[str]) -> Iterator[str]:
+    """The pieces as they are said (markdown, emoji and links undone, numbers and units in
+    words: ``handlers.speakable``), and as their transcript says; nothing of those that say nothing."""
+    return (spoken for piece in pieces if (spoken := speakable(piece)))
+
+
 def answer_sink(
     run: ResponseRun,
     events: ResponseEvents,
@@ -154,6 +162,7 @@ def answer_sink(
     *,
     first_chunk_words: int,
     audio_delta_ms: int,
+    low_lead_ms: float | None,
 ) -> AnswerSink:
     """The sink for ``run``'s answer: the one place spoken and written answers part."""
     if run.answer.spoken_aloud:
@@ -167,5 +176,6 @@ def answer_sink(
             spawn,
             first_chunk_words=first_chunk_words,
             audio_delta_ms=audio_delta_ms,
+            low_lead_ms=low_lead_ms,
         )
     return WrittenAnswer(run, events, outbox)

@@ -118,6 +118,10 @@ class Playback:
             self._pause_limit.cancel()
             self._pause_limit = None
 
+    def ahead_ms(self) -> float:
+        """Audio sent that the listener has yet to hear, by the clock."""
+        return max(self._heard_until - self._clock(), 0.0) * 1000
+
     async def room(self, unsent_ms: Callable[[], float]) -> None:
         """Wait until the answer's next frame may go out: at once unless the client plays
         the audio and it is paced; then never while paused, and only once what the client
@@ -127,7 +131,7 @@ class Playback:
             if self._paused_at is not None:
                 await self._resumed.wait()
                 continue
-            ahead_ms = max(self._heard_until - self._clock(), 0.0) * 1000 + unsent_ms()
+            ahead_ms = self.ahead_ms() + unsent_ms()
             if ahead_ms <= lead_ms:
                 return
             await asyncio.sleep(max(ahead_ms - lead_ms, MIN_WAIT_MS) / 1000)

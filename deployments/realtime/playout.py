@@ -51,6 +51,10 @@ class Playout:
         self._waiting_ms += audio_ms(len(frame))
         self._put(frame)
 
+    def ready_ms(self) -> float:
+        """The answer's audio made and not yet heard: what plays before the next piece must."""
+        return self._waiting_ms + self.unsent_ms + self._playback.ahead_ms()
+
     async def room(self) -> None:
         """Wait until no more than ``READ_AHEAD_MS`` of audio waits to be sent."""
         while self._waiting_ms > READ_AHEAD_MS:

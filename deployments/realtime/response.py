@@ -43,7 +43,7 @@ from deployments.realtime.stages import Stages, StageStream
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from handlers.llm import ChatMessage
-from handlers.tools import LLMOutput
+from handlers.tools import FunctionCallArguments, FunctionCallStarted, LLMOutput, TokenCapReached
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ class ResponseScope(Protocol):
 class ResponseSettings:
     first_chunk_words: int
     audio_delta_ms: int
+    low_lead_ms: float | None
+    """Audio ready to play below which a spoken answer's next piece goes before its sentence
+    ends (``None``: whole sentences)."""
     prompt_budget_tokens: int | None
     """The LLM's context less its answer's tokens (``None``: no limit to keep to)."""
 
@@ -200,10 +203,11 @@ class Responder:
                 self._spawn,
                 first_chunk_words=self._settings.first_chunk_words,
                 audio_delta_ms=self._settings.audio_delta_ms,
+                low_lead_ms=self._settings.low_lead_ms,
             )
             calls = FunctionCalls(run, events, self._outbox, lambda call: self._announce(run, call))
             try:
-                async with contextlib.aclosing(_pieces(llm, sink, run.timeline)) as pieces:
+                async with contextlib.aclosing(_pieces(llm, sink, run)) as pieces:
                     async for piece in pieces:
                         if not isinstance(piece, str):
                             await sink.played()  # outputs go out one after another
@@ -253,7 +257,8 @@ class Responder:
             elif isinstance(item, FunctionCall):
                 finish_call(item, events)
             events.output_done(item)
-        self._end(run, "completed")
+        cut = RealtimeResponseStatus(type="incomplete", reason="max_output_tokens") if run.cut_at_cap else None
+        self._end(run, "completed", cut)
 
     def _fail(self, run: ResponseRun, failure: StageFailure | None) -> None:
         run.status = "failed"
@@ -281,19 +286,23 @@ class Responder:
 
 
 async def _pieces(
-    outputs: StageStream[LLMOutput], sink: AnswerSink, timeline: Timeline
-) -> AsyncGenerator[LLMOutput, None]:
+    outputs: StageStream[LLMOutput], sink: AnswerSink, run: ResponseRun
+) -> AsyncGenerator[str | FunctionCallStarted | FunctionCallArguments, None]:
     """The LLM's outputs as the responder takes them: text in the sink's pieces, function
-    calls as they are. Pulled by the responder: nothing queues between them, so a cancel
-    leaves no producer behind; closed with ``aclosing``."""
+    calls as they are; an answer cut at its token cap is marked so, and its unfinished
+    sentence is not spoken. Pulled by the responder: nothing queues between them, so a
+    cancel leaves no producer behind; closed with ``aclosing``."""
+    timeline = run.timeline
     async for output in outputs:
         timeline.mark("llm_first_delta")
-        if not isinstance(output, str):
+        if isinstance(output, TokenCapReached):
+            run.cut_at_cap = True
+        elif not isinstance(output, str):
             yield output
-            continue
-        for piece in sink.cut(output):
-            timeline.mark("first_piece")
-            yield piece
-    for piece in sink.flush():
+        else:
+            for piece in sink.cut(output):
+                timeline.mark("first_piece")
+                yield piece
+    for piece in sink.flush(run.cut_at_cap):
         timeline.mark("first_piece")
         yield piece

@@ -112,16 +112,17 @@ class ResponseEvents:
 
 
 def wire_response(run: ResponseRun, details: RealtimeResponseStatus | None = None) -> RealtimeResponse:
+    status = "incomplete" if run.cut_at_cap and run.status == "completed" else run.status
     return RealtimeResponse(
         id=run.id,
         object="realtime.response",
-        status=run.status,
+        status=status,
         status_details=details,
         output_modalities=["audio"] if run.answer.spoken_aloud else ["text"],
         conversation_id=None if run.options.in_conversation else "none",
         max_output_tokens=run.options.max_output_tokens or "inf",
         metadata=run.options.metadata,
-        output=[] if run.status == "in_progress" else [item.wire(run.status) for item in run.outputs],
+        output=[] if status == "in_progress" else [item.wire(status) for item in run.outputs],
     )
 
 

@@ -49,6 +49,8 @@ class ResponseRun:
     outputs: list[Item] = field(default_factory=list)
     """The items announced so far, in output order: the answer, function calls."""
     status: Status = "in_progress"
+    cut_at_cap: bool = False
+    """The model stopped at its token cap: done, the client is told ``incomplete``."""
     streams: set[StageStream[Any]] = field(default_factory=set)
     task: "asyncio.Task[None] | None" = None
 

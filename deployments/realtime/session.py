@@ -143,7 +143,9 @@ class RealtimeSession:
             scope=scope,
             outbox=self._outbox,
             conversation=self._conversation,
-            settings=ResponseSettings(config.first_chunk_words, config.audio_delta_ms, prompt_budget_tokens),
+            settings=ResponseSettings(
+                config.first_chunk_words, config.audio_delta_ms, config.low_lead_ms, prompt_budget_tokens
+            ),
             session=self.settings,
             metrics=metrics,
             playback=self._playback,

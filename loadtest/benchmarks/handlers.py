@@ -80,8 +80,8 @@ async def bench_llm(llm: LanguageModel) -> dict:
         reply = ""
         async for delta in llm.stream([{"role": "user", "content": prompt}]):
             first = first or time.perf_counter()
-            assert isinstance(delta, str)  # no tools, so no calls: only text
-            reply += delta
+            if isinstance(delta, str):  # no tools, so no calls: text, and maybe the cap's cut
+                reply += delta
         assert first is not None, f"no reply to {prompt!r}"
         elapsed = time.perf_counter() - first
         ttft.append((first - started) * 1000)

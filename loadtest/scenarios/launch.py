@@ -228,13 +228,13 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def served(url: str | None, config: Path) -> Iterator[str]:
-    """The server at ``url``, or, without one, ``config``'s app served for the run: its
-    ``ws://HOST:PORT/v1``."""
+def served(url: str | None, config: Path, args: dict[str, Any] | None = None) -> Iterator[str]:
+    """The server at ``url``, or, without one, ``config``'s app served for the run (with
+    ``args`` in place of its own, where given): its ``ws://HOST:PORT/v1``."""
     if url is not None:
         yield url
         return
     with LocalServe(num_cpus=None) as local:
-        name, args = app_config(config)
-        local.deploy(args, name)
+        name, config_args = app_config(config)
+        local.deploy(config_args if args is None else args, name)
         yield local.url

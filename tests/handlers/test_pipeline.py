@@ -4,6 +4,8 @@ What the 135M model says varies between runs and machines, and tiny.en may mishe
 so what the user said is checked by word error rate and an answer by being non-empty (and its
 audio by transcribing back to its text), never by what it says."""
 
+import re
+
 import jiwer
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel, PromptTooLong
 from handlers.stt import COMPRESSION_RATIO_LIMIT, SpeechToText, STTConfig, _compression_ratio
 from handlers.text import SpeechChunker
+from handlers.tools import TokenCapReached
 from handlers.tts import TextToSpeech
 from handlers.utterance import UtteranceBuffer, VADSession
 from handlers.vad import (
@@ -155,7 +158,23 @@ async def test_llm_warm_up_leaves_no_request_and_the_engine_answers(llm: Languag
     await llm.warm_up()
     assert llm.unfinished_requests() == 0
     assert 0.0 <= await llm.message_ends("What is the capital of France?") <= 1.0
-    assert "".join([d async for d in llm.stream([{"role": "user", "content": "Hi."}], max_tokens=4)]).strip()
+    said = [d async for d in llm.stream([{"role": "user", "content": "Hi."}], max_tokens=4)]
+    assert "".join(d for d in said if isinstance(d, str)).strip()
+
+
+async def test_llm_ends_an_answer_with_its_sentence_past_the_bound_and_tells_a_cut_at_the_cap(
+    llm: LanguageModel,
+) -> None:
+    """The default bound ends a long answer where a sentence does, aborting the rest; a
+    client's cap cuts where it falls, and says so."""
+    story = [{"role": "user", "content": "Tell me a long story about a brave knight and a dragon."}]
+    bounded = [d async for d in llm.stream(story)]
+    text = "".join(d for d in bounded if isinstance(d, str)).strip()
+    assert isinstance(bounded[-1], TokenCapReached) or re.search(r"[.!?…][\"')\]]*$", text), text
+    assert len(text.split()) <= llm.config.max_tokens
+    capped = [d async for d in llm.stream(story, max_tokens=5)]
+    assert isinstance(capped[-1], TokenCapReached) and "".join(d for d in capped[:-1] if isinstance(d, str))
+    assert llm.unfinished_requests() == 0
 
 
 async def test_llm_reads_a_whole_question_as_ending_and_a_fragment_as_going_on(llm: LanguageModel) -> None:

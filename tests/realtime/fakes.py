@@ -368,6 +368,9 @@ class Harness:
         # Fake answers are seconds of audio: sent as made (not paced in real time) unless a
         # test says otherwise; pacing has tests of its own (test_pacing.py).
         config.setdefault("interruption", InterruptionRules(audio_lead_ms=None))
+        # The prompts these tests read are the conversation's own; the default instructions
+        # have tests of their own (test_voice_defaults.py).
+        config.setdefault("instructions", None)
         self.config = IngressConfig(**config)
         self.session = RealtimeSession(
             WebSocketTransport(self.socket) if transport is None else transport(self.socket),  # type: ignore[arg-type]

@@ -56,7 +56,9 @@ class Rig:
             scope=self.scope,
             outbox=self.outbox,
             conversation=self.conversation,
-            settings=ResponseSettings(first_chunk_words=8, audio_delta_ms=audio_delta_ms, prompt_budget_tokens=None),
+            settings=ResponseSettings(
+                first_chunk_words=8, audio_delta_ms=audio_delta_ms, low_lead_ms=None, prompt_budget_tokens=None
+            ),
             session=self.settings,
             metrics=SessionMetrics(IngressMetrics()),
             playback=self.playback,

@@ -39,6 +39,7 @@ async def test_a_spoken_piece_is_its_transcript_then_its_audio_in_frames() -> No
             rig.supervisor.spawn,
             first_chunk_words=8,
             audio_delta_ms=70,
+            low_lead_ms=None,
         )
         rig.send_gate.close()  # nothing is sent yet: nothing counts as sent
         await sink.add("Hello there.")
@@ -63,7 +64,7 @@ async def test_a_written_answer_sends_the_deltas_as_they_come_and_counts_what_wa
     async with Rig() as rig:
         run, events = announced_run(rig, spoken_aloud=False)
         sink = WrittenAnswer(run, events, rig.outbox)
-        assert list(sink.cut("Hi th")) == ["Hi th"] and list(sink.flush()) == []
+        assert list(sink.cut("Hi th")) == ["Hi th"] and list(sink.flush(cut_short=False)) == []
         rig.send_gate.close()
         await sink.add("Hi")
         await sink.add(" there")
