@@ -143,6 +143,11 @@ class IngressConfig(BaseModel):
     first_chunk_words: int = Field(FIRST_CHUNK_MAX_WORDS, ge=1)
     """Words that start speaking when the reply has no clause break yet: fewer start
     sooner, at some cost in prosody."""
+    answer_tokens: int | None = Field(24, ge=1)
+    """Past this many tokens an answer whose client set no ``max_output_tokens`` ends with its
+    sentence: voice answers stay short and end whole, below the LLM's cap
+    (``llm.handler.max_tokens``). ``None``: answers run to that cap. Chosen on the quality
+    benchmark (docs/bench/quality.md)."""
     low_lead_ms: float | None = Field(LOW_LEAD_MS, gt=0)
     """When the audio of an answer ready to play falls below this, its next piece goes out
     before its sentence ends (a clause, or the words so far), so a listener hears no

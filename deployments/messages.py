@@ -24,6 +24,8 @@ class LLMRequest:
     """Functions the model may call (``None``: none, or ``tool_choice: "none"``)."""
     trace: Carrier | None = None
     """The caller's span, for the replica's (``None``: not traced)."""
+    answer_tokens: int | None = None
+    """Past this many tokens the answer ends with its sentence (``None``: no such bound)."""
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,12 @@ class LLM:
             telemetry.remote_span("llm.generate", request.trace, (StoppedAsStale,)) as span,
         ):
             stream = self._model.stream(
-                request.messages, view.is_stale, request.request_id, request.max_tokens, request.tools
+                request.messages,
+                view.is_stale,
+                request.request_id,
+                request.max_tokens,
+                request.tools,
+                request.answer_tokens,
             )
             deltas = 0
             async for delta in coalesced(stream, self._delta_interval_s):

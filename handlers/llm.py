@@ -47,18 +47,18 @@ class LLMConfig(BaseModel):
     conversation (CPU: multiples of 32; 32 took a 470-token prompt's time to first token
     from 508 to 185 ms here after a prefill of its history)."""
     gpu_memory_utilization: float = 0.85
-    max_tokens: int = Field(96, ge=1)
+    max_tokens: int = Field(52, ge=1)
     """The cap of an answer whose client set none (a client's ``max_output_tokens`` is its
-    cap, within the context). An answer cut there says so (``TokenCapReached``)."""
-    answer_tokens: int | None = Field(40, ge=1)
-    """Past this many tokens an answer whose client set no cap ends with its sentence: voice
-    answers stay short and end whole (docs/bench/quality.md chose it). ``None``: no bound
-    below ``max_tokens``."""
+    cap, within the context); an answer cut there says so (``TokenCapReached``). 52 tokens
+    are about 40 words, 15 s of speech: the longest a voice answer should be
+    (docs/bench/quality.md)."""
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    repetition_penalty: float = Field(1.0, gt=0.0)
+    repetition_penalty: float = Field(1.1, gt=0.0)
     """Above 1, tokens already in the prompt or answer are less likely: a small model greedy
-    without it loops ("il capo di Roma, il capo di Napoli, ...")."""
+    without it loops ("il capo di Roma, il capo di Napoli, ..."). 1.1 was right most often
+    on the quality benchmark (1.2 rambles); greedy (``temperature`` 0) did as well as 0.2 with
+    ``top_p`` 0.9, answered shorter, and the same each time (docs/bench/quality.md)."""
     engine_env: dict[str, str] = Field(default_factory=lambda: dict(CPU_ENGINE_ENV))
     """Environment for the engine process; ignored by settings the platform does not use."""
     chat_template: str | None = None
@@ -158,12 +158,13 @@ class LanguageModel:
         request_id: str | None = None,
         max_tokens: int | None = None,
         tools: ToolUse | None = None,
+        answer_tokens: int | None = None,
     ) -> AsyncGenerator[LLMOutput, None]:
         """Yield text deltas of the assistant's reply until done or stale: at most
-        ``max_tokens`` of them (the client's cap; without one, the configured maximum, and
-        the answer ends with its sentence past ``answer_tokens``), and fewer when the prompt
-        leaves less room in the context; an answer stopped by its cap ends with
-        :class:`TokenCapReached`. A prompt that fills the context is refused with
+        ``max_tokens`` of them (the client's cap; without one, the configured maximum), and
+        fewer when the prompt leaves less room in the context; past ``answer_tokens`` the
+        answer ends with its sentence (:class:`SentenceBound`), and one stopped by its cap
+        ends with :class:`TokenCapReached`. A prompt that fills the context is refused with
         :class:`PromptTooLong` before it reaches the engine. With ``tools``, the model may
         call them (:mod:`handlers.tools`): its calls come as typed pieces, not text."""
         from vllm import SamplingParams
@@ -178,7 +179,7 @@ class LanguageModel:
                 f"the prompt leaves {room} of the model's {self.config.max_model_len} tokens for an answer"
             )
         config = self.config
-        bound = SentenceBound(config.answer_tokens) if max_tokens is None and config.answer_tokens else None
+        bound = SentenceBound(answer_tokens) if answer_tokens is not None else None
         params = SamplingParams(
             max_tokens=min(max_tokens or config.max_tokens, room),
             temperature=config.temperature,

@@ -65,8 +65,11 @@ def _rule(pattern: str, replacement: str | Callable[[re.Match[str]], str], flags
 _MARKDOWN = [
     _rule(r"^[ \t]*(?:```|~~~).*$", "", re.M),  # code fence
     _rule(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$", "", re.M),  # horizontal rule
-    # Heading, block quote, list marker; alone at a line's end too ("Apples\n2.").
-    _rule(r"^[ \t]*(?:#{1,6}|>[ \t>]*|[-*+•]|\d{1,2}[.)])(?=\s|$)", "", re.M),
+    # Heading, block quote, bullet; alone at a line's end too ("Apples\n-").
+    _rule(r"^[ \t]*(?:#{1,6}|>[ \t>]*|[-*+•])(?=\s|$)", "", re.M),
+    # A numbered item's number, before its text or alone after a line break ("Apples\n2."); a
+    # piece that is only "3." is a word of the answer (a low lead cut "the sum of 10 and | 3.").
+    _rule(r"^[ \t]*\d{1,2}[.)][ \t]+(?=\S)|\n[ \t]*\d{1,2}[.)][ \t]*$", "", re.M),
     _rule(r"!\[[^\]]*\]\([^)]*\)", ""),  # image
     _rule(r"\[([^\]]*)\]\([^)]*\)", r"\1"),  # link: its text
     _rule(

@@ -174,9 +174,11 @@ class ScriptedLanguageModel:
         request_id: str | None = None,
         max_tokens: int | None = None,
         tools: ToolUse | None = None,
+        answer_tokens: int | None = None,
     ) -> AsyncGenerator[LLMOutput, None]:
-        """The scripted answer; when ``tools`` force a call, a call with no arguments to the
-        function named (or the first) instead, so tool round trips can be load-tested too."""
+        """The scripted answer (its length is the script's: ``answer_tokens`` bounds real
+        models only); when ``tools`` force a call, a call with no arguments to the function
+        named (or the first) instead, so tool round trips can be load-tested too."""
         if tools is not None and tools.choice != "auto":
             function = tools.choice if isinstance(tools.choice, FunctionSpec) else tools.functions[0]
             yield FunctionCallStarted(0, new_call_id(), function.name)

@@ -66,6 +66,9 @@ class ResponseSettings:
     low_lead_ms: float | None
     """Audio ready to play below which a spoken answer's next piece goes before its sentence
     ends (``None``: whole sentences)."""
+    answer_tokens: int | None
+    """Past this many tokens an answer whose client set no ``max_output_tokens`` ends with its
+    sentence (``None``: the model's cap alone)."""
     prompt_budget_tokens: int | None
     """The LLM's context less its answer's tokens (``None``: no limit to keep to)."""
 
@@ -189,7 +192,10 @@ class Responder:
             ticket = self._scope.ticket(run.generation)
             options = run.options
             llm_stage = run.timeline.stage("llm_node")
-            request = LLMRequest(messages, ticket, run.id, options.max_output_tokens, options.tools, llm_stage.carrier)
+            bound = self._settings.answer_tokens if options.max_output_tokens is None else None
+            request = LLMRequest(
+                messages, ticket, run.id, options.max_output_tokens, options.tools, llm_stage.carrier, bound
+            )
             llm = self._stages.generate(request)
             run.streams.add(llm)
             events = ResponseEvents(self._outbox, run)

@@ -144,7 +144,11 @@ class RealtimeSession:
             outbox=self._outbox,
             conversation=self._conversation,
             settings=ResponseSettings(
-                config.first_chunk_words, config.audio_delta_ms, config.low_lead_ms, prompt_budget_tokens
+                config.first_chunk_words,
+                config.audio_delta_ms,
+                config.low_lead_ms,
+                config.answer_tokens,
+                prompt_budget_tokens,
             ),
             session=self.settings,
             metrics=metrics,

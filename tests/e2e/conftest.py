@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 from ray import serve
-from realtime_client import APP_NAME, MAX_SESSIONS, open_client
+from realtime_client import APP_NAME, open_client
+from suite_app import suite_config
 from voice_page import browsers
 
 from deployments.app import build_app
@@ -24,22 +25,8 @@ def recordings_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def realtime_url(serve_port: int, recordings_dir: Path) -> Iterator[str]:
-    """``ws://…/v1`` of the application built from the local profile's defaults."""
-    config = {
-        "ingress": {
-            "max_sessions": MAX_SESSIONS,
-            "deployment": {"num_cpus": 0.25, "max_ongoing_requests": 16},
-            # Every session on one scope host: each worker's poll of it is shared by them all.
-            "scope": {"num_hosts": 1},
-            # Answers go out as made, not paced in real time (they last up to ~25 s each, and
-            # the suite would wait for each); a test that paces them asks for it per session
-            # (test_backchannels.py). The page paced has its tests on the synthetic engines
-            # (test_voice_page_paced.py).
-            "interruption": {"audio_lead_ms": None},
-            "recording": {"directory": str(recordings_dir)},
-        }
-    }
-    serve.run(build_app(config), name=APP_NAME, route_prefix="/")
+    """``ws://…/v1`` of the application built from the local profile's defaults (``suite_config``)."""
+    serve.run(build_app(suite_config(recordings_dir)), name=APP_NAME, route_prefix="/")
     yield f"ws://127.0.0.1:{serve_port}/v1"
 
 

@@ -4,10 +4,16 @@ instructions shown. The 135M model's words are never asserted, only the answers'
 
 import asyncio
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from realtime_client import Client, audio_of, open_client, sessions_released
+from ray import serve
+from realtime_client import APP_NAME, Client, audio_of, open_client, sessions_released
+from suite_app import suite_config
 
+from deployments.app import build_app
+from deployments.config import IngressConfig
 from handlers.audio import REALTIME_RATE
 from handlers.instructions import VOICE_INSTRUCTIONS
 from loadtest.benchmarks.quality import EnglishCheck
@@ -38,14 +44,25 @@ async def answered(client: Client, response_id: str) -> tuple[str, str, float]:
     return done.response.status, transcripts[0].transcript if transcripts else "", seconds
 
 
-@pytest.fixture(autouse=True)
-async def released(realtime_url: str) -> None:
-    await sessions_released(realtime_url)
+@pytest.fixture(scope="module")
+def defaults_url(realtime_url: str, recordings_dir: Path) -> Iterator[str]:
+    """The suite's app with the ingress's voice defaults back (only the ingress is redeployed:
+    the models' replicas stay), and the suite's settings again afterwards."""
+    voice = IngressConfig()
+    serve.run(
+        build_app(suite_config(recordings_dir, instructions=voice.instructions, answer_tokens=voice.answer_tokens)),
+        name=APP_NAME,
+        route_prefix="/",
+    )
+    yield realtime_url
+    serve.run(build_app(suite_config(recordings_dir)), name=APP_NAME, route_prefix="/")
 
 
 async def test_sessions_on_the_defaults_get_short_whole_english_answers_beside_an_interrupted_one(
-    realtime_url: str,
+    defaults_url: str,
 ) -> None:
+    await sessions_released(defaults_url)
+    realtime_url = defaults_url
     in_english = EnglishCheck()
     async with (
         open_client(realtime_url) as stopped,

@@ -165,10 +165,10 @@ async def test_llm_warm_up_leaves_no_request_and_the_engine_answers(llm: Languag
 async def test_llm_ends_an_answer_with_its_sentence_past_the_bound_and_tells_a_cut_at_the_cap(
     llm: LanguageModel,
 ) -> None:
-    """The default bound ends a long answer where a sentence does, aborting the rest; a
-    client's cap cuts where it falls, and says so."""
+    """The bound ends a long answer where a sentence does, aborting the rest; a cap cuts
+    where it falls, and says so."""
     story = [{"role": "user", "content": "Tell me a long story about a brave knight and a dragon."}]
-    bounded = [d async for d in llm.stream(story)]
+    bounded = [d async for d in llm.stream(story, answer_tokens=12)]
     text = "".join(d for d in bounded if isinstance(d, str)).strip()
     assert isinstance(bounded[-1], TokenCapReached) or re.search(r"[.!?…][\"')\]]*$", text), text
     assert len(text.split()) <= llm.config.max_tokens

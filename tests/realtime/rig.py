@@ -57,7 +57,11 @@ class Rig:
             outbox=self.outbox,
             conversation=self.conversation,
             settings=ResponseSettings(
-                first_chunk_words=8, audio_delta_ms=audio_delta_ms, low_lead_ms=None, prompt_budget_tokens=None
+                first_chunk_words=8,
+                audio_delta_ms=audio_delta_ms,
+                low_lead_ms=None,
+                answer_tokens=None,
+                prompt_budget_tokens=None,
             ),
             session=self.settings,
             metrics=SessionMetrics(IngressMetrics()),

@@ -65,3 +65,18 @@ async def test_a_cut_answer_beside_others_one_interrupted_leaves_them_whole() ->
         assert [r["status"] for r in results] == ["incomplete", "cancelled", "completed"]
         assert results[0]["output"][0]["content"][0]["transcript"] == "Part one is here."
         assert results[2]["output"][0]["content"][0]["transcript"] == " ".join(p.strip() for p in whole)
+
+
+async def test_the_sentence_bound_goes_with_answers_whose_client_set_no_cap() -> None:
+    async with Harness(answer_tokens=24) as h:
+        h.socket.client_sends(type="response.create")
+        await h.socket.wait_type("response.done")
+        request = h.stages.llm_requests[-1]
+        assert (request.answer_tokens, request.max_tokens) == (24, None)
+
+        h.socket.client_sends(type="session.update", session={"type": "realtime", "max_output_tokens": 7})
+        await h.socket.wait_type("session.updated")
+        h.socket.client_sends(type="response.create")
+        await h.socket.wait_type("response.done", count=2)
+        request = h.stages.llm_requests[-1]
+        assert (request.answer_tokens, request.max_tokens) == (None, 7), "a client's cap is its answer's, as given"
