@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "client": "loadtest.benchmarks.client_cost",
     "e2e": "loadtest.benchmarks.e2e",
     "quality": "loadtest.benchmarks.quality",
+    "stt-decode": "loadtest.benchmarks.stt_decode",
     "turns": "loadtest.benchmarks.turns",
     "phone": "loadtest.benchmarks.phone",
     "mulaw": "loadtest.benchmarks.mulaw",

@@ -35,6 +35,7 @@ from typing import Any
 
 import jiwer
 import yaml
+from num2words import num2words
 from openai import AsyncOpenAI
 
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
@@ -294,13 +295,22 @@ def judge(answers: list[Answer], questions: list[Question]) -> None:
         answer.english = in_english(text)
 
 
+_WER_TEXT = jiwer.Compose(
+    [jiwer.ExpandCommonEnglishContractions(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(), jiwer.Strip()]
+)
+
+
+def normalise(text: str) -> str:
+    """``text`` as word error rates compare it: "8" and "eight", "what's" and "what is" alike."""
+    spelled = re.sub(r"\d+", lambda digits: f" {num2words(int(digits[0]))} ", text.lower().replace("-", " "))
+    return str(_WER_TEXT(spelled.replace("-", " ").replace(",", "")))
+
+
 def question_wer(answers: list[Answer]) -> float | None:
     pairs = [(a.question, a.heard_question) for a in answers if a.heard_question is not None]
     if not pairs:
         return None
-    return round(
-        jiwer.wer([" ".join(words_of(q)) for q, _ in pairs], [" ".join(words_of(h)) or "-" for _, h in pairs]), 3
-    )
+    return round(jiwer.wer([normalise(q) for q, _ in pairs], [normalise(h) or "-" for _, h in pairs]), 3)
 
 
 def summary(answers: list[Answer], mode: str) -> dict[str, Any]:

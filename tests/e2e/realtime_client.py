@@ -24,6 +24,11 @@ LONG_QUESTION = "Please tell me a long story about a dragon who learns to bake b
 """A question whose answer is long: it is still playing when a test speaks over it."""
 
 
+FINISHED = ("completed", "incomplete")
+"""How an answer that ran its course ends: whole, or at its token cap (the suite's answers run
+as long as the model rambles, and some reach it)."""
+
+
 class Closed:
     """What the reader queues when the connection ends: why, if it ended with an error."""
 

@@ -4,6 +4,7 @@ goes through its whole path and ends with its JSON object; the figures are not a
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,3 +43,15 @@ async def test_phone_times_a_phone_turn_beside_a_realtime_one(
 ) -> None:
     report = await run_here("phone", ["--url", realtime_url, "--turns", "1"], capsys)
     assert report["turns"] == report["phone_turns"] == 1, report
+
+
+async def test_quality_asks_by_text_and_voice_and_judges_a_saved_report_again(
+    realtime_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "quality.json"
+    argv = ["--url", realtime_url, "--mode", "text", "--mode", "voice", "--kinds", "context,tool", "--limit", "2"]
+    report = await run_here("quality", [*argv, "--out", str(out)], capsys)
+    for mode in ("text", "voice"):
+        assert report[mode]["questions"] == 2 and report[mode]["failed"] == 0, report
+    assert report["voice"]["question_wer"] is not None, report
+    assert (await run_here("quality", ["--judge", str(out)], capsys))["voice"] == report["voice"]

@@ -17,6 +17,7 @@ from handlers.tools import (
     FunctionSpec,
     InvalidFunctionCall,
     LLMOutput,
+    TokenCapReached,
     ToolCallDecoder,
     ToolUse,
 )
@@ -81,8 +82,9 @@ async def test_the_answer_after_a_call_is_words_from_the_conversation_with_its_r
         {"role": "tool", "tool_call_id": "call_1", "content": '{"weather": "sunny, 21 degrees"}'},
     ]
     outputs = [output async for output in llm.stream(messages)]
-    assert outputs and all(isinstance(o, str) for o in outputs), outputs
-    assert "".join(outputs).strip(), "an empty answer"
+    text = [o for o in outputs if not isinstance(o, TokenCapReached)]  # a long answer reaches the cap
+    assert text and all(isinstance(o, str) for o in text), outputs
+    assert "".join(text).strip(), "an empty answer"
     assert llm.unfinished_requests() == 0
 
 

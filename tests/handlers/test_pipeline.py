@@ -60,7 +60,7 @@ async def test_spoken_question_gets_spoken_answer(
     transcript = stt.transcribe(utterance)
     assert jiwer.wer(normalise(question), normalise(transcript)) <= HEARD_WER, transcript
 
-    reply = "".join([d async for d in llm.stream([{"role": "user", "content": transcript}])])
+    reply = "".join([d async for d in llm.stream([{"role": "user", "content": transcript}]) if isinstance(d, str)])
     assert reply.strip(), "an empty answer"
     assert llm.unfinished_requests() == 0
 
@@ -148,7 +148,9 @@ async def test_llm_prefill_leaves_no_request_and_the_answer_follows(llm: Languag
     ]
     await llm.prefill(history)
     assert llm.unfinished_requests() == 0
-    reply = "".join([d async for d in llm.stream([*history, {"role": "user", "content": "And of Germany?"}])])
+    reply = "".join(
+        [d async for d in llm.stream([*history, {"role": "user", "content": "And of Germany?"}]) if isinstance(d, str)]
+    )
     assert reply.strip(), "an empty answer"
     assert llm.unfinished_requests() == 0
 
@@ -355,7 +357,7 @@ async def test_llm_fits_any_conversation_into_its_context(llm: LanguageModel) ->
     assert llm.prompt_tokens(conversation[:1] + conversation[dropped:]) > llm.prompt_budget // 2  # no more than needed
     assert fitted[0]["role"] == "system" and fitted[-1]["content"] == "What is the capital of France?"
     assert llm.fit(fitted) == 0
-    reply = "".join([d async for d in llm.stream(fitted)])
+    reply = "".join([d async for d in llm.stream(fitted) if isinstance(d, str)])
     assert reply.strip(), "an empty answer"
 
 

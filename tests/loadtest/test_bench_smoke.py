@@ -102,6 +102,14 @@ def test_mulaw_reads_piper_back_over_the_phone(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.models
+def test_stt_decode_compares_settings_and_reproduces_the_handler(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["stt-decode", "--limit", "2", "--variants", "baseline,no_language,full_window"]) == 0
+    report = last_json(capsys.readouterr().out)
+    assert report["clips"] == 2 and report["full_window_reproduces_handler"], report
+    assert all(0 <= variant["wer"] <= 1 and variant["decode_ms_p50"] for variant in report["variants"].values()), report
+
+
+@pytest.mark.models
 def test_backchannel_words_judges_each_rendering(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["backchannel-words", "--phrases", "1", "--first-look-ms", "150"]) == 0
     report = last_json(capsys.readouterr().out)
