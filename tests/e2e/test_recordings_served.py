@@ -198,8 +198,10 @@ async def test_recorded_sessions_hold_their_own_audio_and_report_and_an_unrecord
         assert all(right.find(chunk) < 0 for chunk in others), "another session's answer in this recording"
 
     # The reports tell each session's turns.
-    assert [turn["status"] for turn in report_a["turns"]] == ["completed"] and not report_a["interruptions"]
-    assert [turn["status"] for turn in report_b["turns"]] == ["cancelled", "completed"]
+    (turn_a,) = report_a["turns"]
+    assert turn_a["status"] in FINISHED and not report_a["interruptions"]
+    cut, answered = (turn["status"] for turn in report_b["turns"])
+    assert cut == "cancelled" and answered in FINISHED
     (interruption,) = report_b["interruptions"]
     assert interruption["response_id"] == cut_id and interruption["cancelled"]
     users = [item for item in report_a["items"] if item.get("role") == "user"]
