@@ -111,6 +111,21 @@ class WebRTCConfig(BaseModel):
     ice_servers: list[IceServer] = []
 
 
+class TwilioConfig(BaseModel):
+    """Phone calls through Twilio (``docs/telephony.md``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    auth_token_env: str | None = None
+    """Name of an environment variable holding the Twilio account's auth token (a Secret in
+    the chart): the voice webhook is then checked by its ``X-Twilio-Signature`` and needs no
+    API key in its URL. Without it, the webhook needs the API key (HTTP basic auth)."""
+    pending_streams: int = Field(8, ge=1)
+    """Media streams per replica still waiting for their ``start`` (not yet authenticated).
+    A new one over this closes the oldest: a flood of silent sockets cannot hold the
+    replica's requests, and a real call's ``start`` comes within a second of its socket."""
+
+
 class IngressConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -190,11 +205,14 @@ class IngressConfig(BaseModel):
     """Where sessions' records live, so a client that lost its socket can resume its session
     on any replica (``docs/reliability.md``)."""
     replica_poll_s: float = Field(0.5, gt=0)
-    """After a model replica died, how often the ingress asks the controller whether its
-    deployment has a running replica again (one ~1 ms call per ingress replica, only then);
-    meanwhile calls to a deployment with none fail at once (``deployments.replica_watch``)."""
+    """How long a call may wait for its first output before the ingress asks the controller
+    whether its deployment has a running replica (one that died between calls fails none),
+    and, after a model replica died, how often it asks again (one ~1 ms call per ingress
+    replica, only then); meanwhile calls to a deployment with none fail at once
+    (``deployments.replica_watch``)."""
     recording: RecordingConfig = RecordingConfig()
     """Opt-in recording of sessions and their reports (off by default: no ``directory``)."""
+    twilio: TwilioConfig = TwilioConfig()
 
     def scope_placement(self) -> ScopePlacementConfig:
         """``scope``, its hosts beside the ingress that owns them unless told otherwise: a host

@@ -21,8 +21,9 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from deployments import telemetry
-from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal
+from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal, secret_from_env
 from deployments.app_status import RunningReplicas, metrics_urls_of_nodes
+from deployments.client_secret_route import ClientSecretRoute
 from deployments.config import IngressConfig
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -38,9 +39,8 @@ from deployments.realtime.protocol import (
     encode,
     error_event,
 )
-from deployments.realtime.recorder import StoredSession
 from deployments.realtime.serve_stages import ServeStages
-from deployments.realtime.session import RealtimeSession
+from deployments.realtime.session import RealtimeSession, new_settings
 from deployments.realtime.session_capture import RecordingRequest, Recordings
 from deployments.realtime.session_trace import session_span
 from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
@@ -49,6 +49,7 @@ from deployments.realtime.webrtc import IceServers
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
+from deployments.session_opening import SessionOpening
 from deployments.session_store import SessionStore
 from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
 from deployments.webrtc_calls import WebRTCCalls
@@ -101,12 +102,13 @@ class RealtimeIngress:
         self._config = config
         self._model_name = model_name
         self._prompt_budget_tokens = prompt_budget_tokens
-        self._access = Access(config.api_key_env, config.allowed_origins)
-        self._store = SessionStore.for_app(
-            serve.get_replica_context().app_name,
-            config.session_store,
-            self._access.key,
-            config.deployment.label_selector,
+        key = secret_from_env(config.api_key_env, "ingress.api_key_env")
+        self._store, client_secrets = SessionStore.for_app(
+            serve.get_replica_context().app_name, config.session_store, key, config.deployment.label_selector
+        )
+        self._access = Access(key, config.allowed_origins, client_secrets)
+        self._client_secret_route = ClientSecretRoute(
+            self._access, client_secrets, lambda: new_settings(config, model_name)
         )
         self._metrics = IngressMetrics()
         self._sessions = ReplicaSessions(
@@ -115,10 +117,12 @@ class RealtimeIngress:
         self._sessions.start_watch()  # Serve runs the constructor in the replica's event loop
         ice_servers = IceServers.from_config(config.webrtc.ice_servers)
         self._webrtc_calls = WebRTCCalls(self._access, self._sessions, self._serve, ice_servers)
-        self._phone_calls = PhoneCalls(self._access, self._sessions, self._serve, config.instructions)
+        self._phone_calls = PhoneCalls(
+            self._access, client_secrets, self._sessions, self._serve, config.instructions, config.twilio
+        )
         self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
-        self._recordings = Recordings(config.recording, models_used)
+        self._recordings = Recordings(config.recording, models_used, self._metrics.recording_limited)
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
@@ -180,9 +184,15 @@ class RealtimeIngress:
     @api.websocket("/v1/realtime")
     async def realtime(self, websocket: WebSocket) -> None:
         offered: list[str] = websocket.scope.get("subprotocols", [])
-        refused = self._access.refusal(websocket, offered)
-        if refused is not None:
-            await deny(websocket, 403, "access_refused", refused)  # before accept: no session state
+        token = websocket.query_params.get("resume_token")
+        try:
+            admitted = await self._access.admit(websocket, offered, resuming=token is not None)
+        except Exception:  # a client secret could not be looked up
+            logger.exception("the session store could not be asked for a client secret")
+            await deny(websocket, 503, "session_store_unavailable", STORE_UNAVAILABLE)
+            return
+        if isinstance(admitted, str):
+            await deny(websocket, 403, "access_refused", admitted)  # before accept: no session state
             return
         await self._sessions.watched()
         refusal = self._sessions.refusal()
@@ -195,11 +205,10 @@ class RealtimeIngress:
             return
         self._sessions.admit()
         try:
-            stored: StoredSession | None = None
-            token = websocket.query_params.get("resume_token")
+            stored = None
             if token is not None:
                 try:
-                    stored = await self._store.resumed_session(token) if self._store is not None else None
+                    stored = await self._store.resumed_session(token, admitted.with_key) if self._store else None
                 except Exception:
                     logger.exception("the session store could not be asked for a resume")
                     await deny(websocket, 503, "session_store_unavailable", STORE_UNAVAILABLE)
@@ -207,12 +216,25 @@ class RealtimeIngress:
                 if stored is None:
                     await deny(websocket, 403, "resume_refused", RESUME_REFUSED)
                     return
-            await websocket.accept(subprotocol=chosen_subprotocol(offered))
-            drain_notice = websocket.query_params.get("drain_notice") in ("1", "true")
-            record = websocket.query_params.get("record") in ("1", "true")
-            await self._serve(WebSocketTransport(websocket), stored, drain_notice, record)
+            opening = SessionOpening(
+                admitted,
+                stored,
+                drain_notice=websocket.query_params.get("drain_notice") in ("1", "true"),
+                record=websocket.query_params.get("record") in ("1", "true"),
+            )
+            try:
+                await websocket.accept(subprotocol=chosen_subprotocol(offered))
+            except Exception:  # the client left mid-handshake: a resume's record goes back to its token
+                if stored is not None and self._store is not None:
+                    await self._store.unstarted(stored.session_id, admitted.with_key)
+                raise
+            await self._serve(WebSocketTransport(websocket), opening)
         finally:
             self._sessions.release()
+
+    @api.post("/v1/realtime/client_secrets")
+    async def client_secrets(self, request: Request) -> JSONResponse:
+        return await self._client_secret_route.create(request)
 
     @api.post("/v1/realtime/calls")
     async def calls(self, request: Request) -> Response:
@@ -220,11 +242,11 @@ class RealtimeIngress:
 
     @api.get("/v1/realtime/ice-servers")
     async def ice_servers(self, request: Request) -> JSONResponse:
-        return self._webrtc_calls.ice_servers(request)
+        return await self._webrtc_calls.ice_servers(request)
 
     @api.api_route(INCOMING_CALL_PATH, methods=["GET", "POST"])
     async def twilio_incoming_call(self, request: Request) -> Response:
-        return self._phone_calls.incoming_call(request)
+        return await self._phone_calls.incoming_call(request)
 
     @api.websocket(MEDIA_STREAM_PATH)
     async def twilio_media_stream(self, websocket: WebSocket) -> None:
@@ -239,57 +261,66 @@ class RealtimeIngress:
     async def unknown_path(self, request: Request, path: str) -> JSONResponse:
         return refusal(404, "not_found", not_served(request.url.path))
 
-    async def _serve(
-        self,
-        transport: Transport,
-        stored: StoredSession | None = None,
-        drain_notice: bool = False,
-        record: bool = False,
-    ) -> None:
-        """Serve one session: ``stored`` if it resumes one, else a new one (whose record is
-        kept when the server has a store); ``drain_notice``: the client asked to be told of
-        a drain (``session.draining``); ``record``: it asked to be recorded."""
+    async def _serve(self, transport: Transport, opening: SessionOpening) -> None:
+        """Serve one session: ``opening.stored`` if it resumes one, else a new one (whose
+        record is kept when the server has a store). However the session ends, or fails to
+        start, its record is released."""
+        stored = opening.stored
+        with_key = opening.admission.with_key
         if stored is None and self._store is not None:
             try:
-                stored = await self._store.new_session()
+                stored = await self._store.new_session(with_key)
             except Exception:  # the call goes on; it cannot be resumed (no resume_token)
                 logger.exception("the session store could not keep a new session's record")
+        started = False
         try:
-            scope = await (await self._directory.get()).open_session()
-        except Exception:
-            logger.exception("no cancel scope for a new session")
-            error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
-            unavailable = error_event(error, "server_error")
-            with contextlib.suppress(ClientLeft):
-                await transport.send(unavailable)
-            self._metrics.error_sent(unavailable)
-            await transport.close(CLOSE_INTERNAL_ERROR, error.code)
-            return
-        metrics = SessionMetrics(self._metrics)
-        session = RealtimeSession(
-            transport,
-            self._stages,
-            self._config,
-            scope,
-            self._model_name,
-            metrics,
-            self._prompt_budget_tokens,
-            self._replica_watch,
-            stored,
-            drain_notice,
-            RecordingRequest(self._recordings, record),
-        )
-        try:
-            resumed = stored is not None and stored.resumed is not None
-            with session_span(session.id, resumed, lambda: session.settings.tracing):
-                async with self._sessions.holding(session):
-                    await session.run()
+            try:
+                scope = await (await self._directory.get()).open_session()
+            except Exception:
+                logger.exception("no cancel scope for a new session")
+                await self._unavailable(transport)
+                return
+            metrics = SessionMetrics(self._metrics)
+            session = RealtimeSession(
+                transport,
+                self._stages,
+                self._config,
+                scope,
+                self._model_name,
+                metrics,
+                self._prompt_budget_tokens,
+                self._replica_watch,
+                stored,
+                opening.drain_notice,
+                RecordingRequest(self._recordings, opening.record),
+            )
+            if opening.admission.opening:
+                session.open_with(opening.admission.opening)
+            try:
+                resumed = stored is not None and stored.resumed is not None
+                with session_span(session.id, resumed, lambda: session.settings.tracing):
+                    async with self._sessions.holding(session):
+                        started = True
+                        await session.run()
+            finally:
+                metrics.flush()
+                with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
+                    await scope.close()
         finally:
-            metrics.flush()
             if stored is not None and self._store is not None:
-                self._store.closed(stored.session_id)
-            with contextlib.suppress(Exception):  # a host lost for good has lost the scope anyway
-                await scope.close()
+                if started:
+                    self._store.started(stored.session_id)
+                    self._store.closed(stored.session_id)
+                else:
+                    await self._store.unstarted(stored.session_id, with_key)
+
+    async def _unavailable(self, transport: Transport) -> None:
+        error = ProtocolError("session_unavailable", "the server could not open a session; try again later")
+        unavailable = error_event(error, "server_error")
+        with contextlib.suppress(ClientLeft):
+            await transport.send(unavailable)
+        self._metrics.error_sent(unavailable)
+        await transport.close(CLOSE_INTERNAL_ERROR, error.code)
 
     async def __del__(self) -> None:
         await self._sessions.close_all()

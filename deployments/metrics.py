@@ -51,8 +51,18 @@ class IngressMetrics:
         )
         self.discarded = metrics.Counter("s2s_discarded_events", "Output events of cancelled responses dropped.")
         self.errors = metrics.Counter("s2s_errors", "Error events sent, by code.", tag_keys=("code",))
+        self.recordings_limited = metrics.Counter(
+            "s2s_recordings_limited",
+            "Recordings refused at their start or stopped while written because the recordings directory "
+            "was at its max_total_bytes, by outcome: refused or stopped.",
+            tag_keys=("outcome",),
+        )
         self.recent_turns: deque[dict[str, Any]] = deque(maxlen=RECENT_TURNS)
         """Where each recent response's time went (``deployments.realtime.timeline``)."""
+
+    def recording_limited(self, outcome: str) -> None:
+        """The recordings' byte budget ``refused`` a new recording or ``stopped`` a live one."""
+        self.recordings_limited.inc(tags={"outcome": outcome})
 
     def error_sent(self, event: Any) -> None:
         """An ``error`` event went to a client (in a session, or refusing one)."""

@@ -2,10 +2,12 @@
 Ray cluster (a KubeRay ``NewCluster`` upgrade brings up a new one, whose ingress resumes the
 old one's sessions from here).
 
-One hash per session (``secret``, ``key``: SHA-256 digests, ``b""`` for no API key;
-``epoch``; ``state``: the record as JSON), under ``<prefix><session id>``, and Redis's own key
-expiry as the resume window. Each rule that reads and then writes runs as one Lua script, so
-two replicas (or two clusters) racing on a session see the order Redis gives them, as the
+One hash per session (``secret``, ``key``: keyed digests,
+:mod:`deployments.keyed_digests`, ``b""`` for no API key; ``epoch``; ``state``: the record
+as JSON), under ``<prefix><session id>``, and Redis's own key expiry as the resume window.
+An ephemeral client secret is one JSON string under ``<prefix>client_secret:<its digest>``,
+expiring with it. Each rule that reads and then writes runs as one Lua script, so two
+replicas (or two clusters) racing on a session see the order Redis gives them, as the
 ``ray`` store's one actor does. Digests are compared in Python, in constant time; the script
 that takes a resume compares again, only to refuse a token that another connection used in
 between.
@@ -17,6 +19,7 @@ from typing import cast
 
 import redis.asyncio as redis
 
+from deployments.client_secrets import ClientSecretGrant, opens
 from deployments.realtime.session_record import SessionState
 from deployments.session_records import RecordWrite
 
@@ -116,6 +119,27 @@ class RedisRecords:
         if state is None:
             return None
         return int(epoch) + 1, cast(SessionState, json.loads(state))
+
+    def _secret_key(self, secret_digest: bytes) -> str:
+        return f"{self._prefix}client_secret:{secret_digest.hex()}"
+
+    async def add_client_secret(self, secret_digest: bytes, grant: ClientSecretGrant, ttl_s: float) -> None:
+        """An ephemeral client secret, kept ``ttl_s`` by Redis's own expiry."""
+        await self._redis.set(self._secret_key(secret_digest), json.dumps(grant), px=max(1, round(ttl_s * 1000)))
+
+    async def redeem_client_secret(self, secret_digest: bytes, call_sid: str) -> ClientSecretGrant | None:
+        """What the secret grants, as the ``ray`` store's rules say; a one-use one is taken
+        by one delete (two streams racing on it: one wins)."""
+        key = self._secret_key(secret_digest)
+        found = await self._redis.get(key)
+        if found is None:
+            return None
+        grant = cast(ClientSecretGrant, json.loads(found))
+        if not opens(grant, call_sid):
+            return None
+        if grant["one_use"] and not await self._redis.delete(key):
+            return None
+        return grant
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -9,6 +9,7 @@ an expired token, and a session whose socket had closed before the loss cannot b
 """
 
 import hmac
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import NamedTuple, cast
 import ray
 from ray.actor import ActorHandle
 
+from deployments.client_secrets import ClientSecretGrant, opens
 from deployments.realtime.session_record import SessionState
 
 EXPIRY_SWEEP_S = 1.0
@@ -31,6 +33,12 @@ class RecordWrite(NamedTuple):
     state: SessionState
     secret_digest: bytes
     key_digest: bytes | None
+
+
+@dataclass
+class _ClientSecret:
+    grant: ClientSecretGrant
+    expires_at: float
 
 
 @dataclass
@@ -50,7 +58,14 @@ class SessionRecords:
         self._window_s = window_s
         self._clock = clock
         self._records: dict[str, _Record] = {}
+        self._client_secrets: dict[bytes, _ClientSecret] = {}
         self._swept_at = clock()
+        self._session_secret = secrets.token_bytes(32)
+
+    def session_secret(self) -> bytes:
+        """The digests' key where the operator gave none: made with the records it keys, so
+        it lives exactly as long as they do (:mod:`deployments.keyed_digests`)."""
+        return self._session_secret
 
     def open(self, session_id: str, secret_digest: bytes, key_digest: bytes | None, state: SessionState) -> None:
         """A new session's record (epoch 0)."""
@@ -104,6 +119,23 @@ class SessionRecords:
         record.secret_digest, record.epoch, record.expires_at = new_secret_digest, record.epoch + 1, self._expiry()
         return record.epoch, record.state
 
+    def add_client_secret(self, secret_digest: bytes, grant: ClientSecretGrant, ttl_s: float) -> None:
+        """An ephemeral client secret, good for ``ttl_s`` from now."""
+        self._sweep()
+        self._client_secrets[secret_digest] = _ClientSecret(grant, self._clock() + ttl_s)
+
+    def redeem_client_secret(self, secret_digest: bytes, call_sid: str) -> ClientSecretGrant | None:
+        """What the secret grants to a session (of the phone call ``call_sid``, if any),
+        unless it is unknown, expired or another call's; a one-use secret is gone once
+        redeemed."""
+        self._sweep()
+        found = self._client_secrets.get(secret_digest)
+        if found is None or found.expires_at <= self._clock() or not opens(found.grant, call_sid):
+            return None
+        if found.grant.get("one_use"):
+            del self._client_secrets[secret_digest]
+        return found.grant
+
     def _live(self, session_id: str) -> _Record | None:
         """The session's record, unless it has expired (expired ones are swept now and then)."""
         self._sweep()
@@ -120,6 +152,8 @@ class SessionRecords:
         self._swept_at = now
         for session_id in [s for s, record in self._records.items() if record.expires_at <= now]:
             del self._records[session_id]
+        for digest in [d for d, secret in self._client_secrets.items() if secret.expires_at <= now]:
+            del self._client_secrets[digest]
 
 
 class ActorRecords:
@@ -142,6 +176,30 @@ class ActorRecords:
     ) -> tuple[int, SessionState] | None:
         found = await self._actor.resume.remote(session_id, secret_digest, key_digest, new_secret_digest)
         return cast(tuple[int, SessionState] | None, found)
+
+    async def add_client_secret(self, secret_digest: bytes, grant: ClientSecretGrant, ttl_s: float) -> None:
+        await self._actor.add_client_secret.remote(secret_digest, grant, ttl_s)
+
+    async def redeem_client_secret(self, secret_digest: bytes, call_sid: str) -> ClientSecretGrant | None:
+        found = await self._actor.redeem_client_secret.remote(secret_digest, call_sid)
+        return cast(ClientSecretGrant | None, found)
+
+    async def session_secret(self) -> bytes:
+        return cast(bytes, await self._actor.session_secret.remote())
+
+
+class ReplicaSecrets:
+    """Client secrets in this process, where the server keeps no store: a secret then opens
+    sessions only on the ingress replica that made it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._records = SessionRecords(1.0, clock)
+
+    async def add_client_secret(self, secret_digest: bytes, grant: ClientSecretGrant, ttl_s: float) -> None:
+        self._records.add_client_secret(secret_digest, grant, ttl_s)
+
+    async def redeem_client_secret(self, secret_digest: bytes, call_sid: str) -> ClientSecretGrant | None:
+        return self._records.redeem_client_secret(secret_digest, call_sid)
 
 
 def ray_records(app_name: str, window_s: float, label_selector: dict[str, str] | None) -> ActorRecords:

@@ -7,8 +7,10 @@ cluster; ``redis`` (:mod:`deployments.redis_records`), a Redis server, which out
 Ray cluster too (a KubeRay ``NewCluster`` upgrade); ``none``, nowhere. Both keep the same
 rules, tested on both.
 
-Resume tokens are ``<session id>.<secret>``: the store keeps only the secret's SHA-256 (and
-the API key's, when the server has one) and compares them in constant time. A resume
+Resume tokens are ``<session id>.<secret>``: the store keeps only the secret's keyed digest
+(and the API key's, for a session opened with it: :mod:`deployments.keyed_digests`) and
+compares them in constant time. A session opened with an ephemeral client secret resumes
+with its token alone: the secret may have expired by then, and the token is as strong. A resume
 rotates the secret and raises the record's *epoch*: a token opens one connection, and the
 connection that held the record before (its socket half-open on some replica) has its next
 write refused and is closed, so it can never overwrite the resumed conversation.
@@ -19,8 +21,8 @@ window.
 """
 
 import asyncio
+import contextlib
 import functools
-import hashlib
 import logging
 import os
 import secrets
@@ -31,11 +33,13 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from cancel import spawn_detached
+from deployments.client_secrets import ClientSecrets, SecretRecords
+from deployments.keyed_digests import KeyedDigests
 from deployments.realtime.protocol import new_id
 from deployments.realtime.recorder import EMPTY_STATE, StoredSession
 from deployments.realtime.session_record import SessionState
 from deployments.redis_records import RedisRecords
-from deployments.session_records import RecordWrite, ray_records
+from deployments.session_records import RecordWrite, ReplicaSecrets, ray_records
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +66,9 @@ class SessionStoreConfig(BaseModel):
     """For ``redis``: the environment variable that holds the server's URL
     (``redis://[:password@]host:6379/0``; the chart sets it). A URL can carry a password,
     so it is never written in the config."""
-
-
-def digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
+    secret_env: str = "S2S_SESSION_SECRET"
+    """The environment variable holding the session secret that keys the digests the store
+    keeps (the chart makes it a Secret). Needed by ``redis``; ``ray`` makes its own when unset."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class ResumeToken:
         return f"{self.session_id}.{self.secret}"
 
 
-class Records(Protocol):
+class Records(SecretRecords, Protocol):
     """What keeps the records, by the rules of :class:`deployments.session_records.SessionRecords`."""
 
     async def open(
@@ -110,12 +113,16 @@ class SessionStore:
     cancel of the request that happened to start one must not cancel it); a session's
     opening and resume are awaited by its own handshake."""
 
-    def __init__(self, records: Records, window_s: float, key: bytes | None) -> None:
+    def __init__(self, records: Records, window_s: float, digests: KeyedDigests, key: bytes | None) -> None:
+        """``key``: the server's API key (``None``: none), bound to the sessions opened with it."""
         self._records = records
         self._window_s = window_s
-        self._key_digest = hashlib.sha256(key).digest() if key is not None else None
+        self._digests = digests
+        self._key = key
         self._open: dict[str, Callable[[], None]] = {}
         """Open sessions, each with what writes its whole record again."""
+        self._handed_back: dict[str, tuple[ResumeToken, ResumeToken]] = {}
+        """Resumed sessions not yet started: (the token they came with, the new one)."""
         self._renewal: asyncio.Task[None] | None = None
         self._writes: dict[str, tuple[RecordWrite, asyncio.Future[bool]]] = {}
         """Writes waiting for the next call, by session (each session has one at a time)."""
@@ -124,13 +131,17 @@ class SessionStore:
     @classmethod
     def for_app(
         cls, app_name: str, config: SessionStoreConfig, key: bytes | None, label_selector: dict[str, str] | None
-    ) -> "SessionStore | None":
-        """The application's store of the configured kind (``None`` for ``none``)."""
-        records: Records
+    ) -> "tuple[SessionStore | None, ClientSecrets]":
+        """The application's store of the configured kind (``None`` for ``none``), and the
+        client secrets kept beside its records (in this replica without one)."""
         if config.kind == "none":
-            return None
+            return None, ClientSecrets(
+                ReplicaSecrets(), KeyedDigests.from_env(config.secret_env, secrets.token_bytes(32))
+            )
         if config.kind == "ray":
-            records = ray_records(app_name, config.resume_window_s, label_selector)
+            actor = ray_records(app_name, config.resume_window_s, label_selector)
+            records: Records = actor
+            digests = KeyedDigests.from_env(config.secret_env, actor.session_secret)
         else:
             url = os.environ.get(config.redis_url_env)
             if not url:
@@ -139,43 +150,78 @@ class SessionStore:
                     "is not set in the replica's environment"
                 )
             records = RedisRecords.connect(url, f"s2s:sessions:{app_name}:", config.resume_window_s)
-        return cls(records, config.resume_window_s, key)
+            digests = KeyedDigests.from_env(config.secret_env, None)
+        return cls(records, config.resume_window_s, digests, key), ClientSecrets(records, digests)
 
-    async def new_session(self) -> StoredSession:
-        """A new session, its record kept from now on."""
+    async def new_session(self, with_key: bool) -> StoredSession:
+        """A new session, its record kept from now on; ``with_key``: it was opened with the
+        API key, which its resumes must then present too."""
         token = ResumeToken.new(new_id("sess"))
-        await self._records.open(token.session_id, digest(token.secret), self._key_digest, EMPTY_STATE)
-        return self._stored(token, 0)
+        key_digest = await self._key_digest(with_key)
+        await self._records.open(token.session_id, await self._token_digest(token), key_digest, EMPTY_STATE)
+        return await self._stored(token, key_digest, 0)
 
-    async def resumed_session(self, token_text: str) -> StoredSession | None:
+    async def resumed_session(self, token_text: str, with_key: bool) -> StoredSession | None:
         """The session ``token_text`` resumes, with a new token; ``None`` for a token that
         is malformed, wrong, expired, used or foreign (all look the same to the client)."""
         token = ResumeToken.parse(token_text)
         if token is None:
             return None
         rotated = ResumeToken.new(token.session_id)
+        key_digest = await self._key_digest(with_key)
         found = await self._records.resume(
-            token.session_id, digest(token.secret), self._key_digest, digest(rotated.secret)
+            token.session_id, await self._token_digest(token), key_digest, await self._token_digest(rotated)
         )
         if found is None:
             return None
+        self._handed_back[token.session_id] = (token, rotated)
         epoch, state = found
-        return self._stored(rotated, epoch, state)
+        return await self._stored(rotated, key_digest, epoch, state)
 
-    def _stored(self, token: ResumeToken, epoch: int, state: SessionState | None = None) -> StoredSession:
+    def started(self, session_id: str) -> None:
+        """The session was told its new token: the one it came with is spent for good."""
+        self._handed_back.pop(session_id, None)
+
+    async def unstarted(self, session_id: str, with_key: bool) -> None:
+        """The session failed before it was told its token: a resume's record goes back to
+        the token its client still holds, and the record is released as at a close."""
+        tokens = self._handed_back.pop(session_id, None)
+        self.closed(session_id)
+        if tokens is not None:
+            came_with, rotated = tokens
+            key_digest = await self._key_digest(with_key)
+            with contextlib.suppress(Exception):  # the client's next try is refused, as if expired
+                await self._records.resume(
+                    session_id, await self._token_digest(rotated), key_digest, await self._token_digest(came_with)
+                )
+
+    async def _token_digest(self, token: ResumeToken) -> bytes:
+        return await self._digests.of("resume_token", token.secret)
+
+    async def _key_digest(self, with_key: bool) -> bytes | None:
+        return await self._digests.of("api_key", self._key) if with_key and self._key is not None else None
+
+    async def _stored(
+        self, token: ResumeToken, key_digest: bytes | None, epoch: int, state: SessionState | None = None
+    ) -> StoredSession:
         session_id = token.session_id
         self._open[session_id] = lambda: None
         if self._renewal is None or self._renewal.done():
             self._renewal = spawn_detached(self._renew_open())
-        save = functools.partial(self._save, token, epoch)
+        secret_digest = await self._token_digest(token)
+
+        def write(state: SessionState) -> RecordWrite:
+            return RecordWrite(session_id, epoch, state, secret_digest, key_digest)
+
+        save = functools.partial(self._save, write)
         return StoredSession(session_id, str(token), save, functools.partial(self._rewrite_with, session_id), state)
 
-    async def _save(self, token: ResumeToken, epoch: int, state: SessionState) -> bool:
+    async def _save(self, write: Callable[[SessionState], RecordWrite], state: SessionState) -> bool:
         """Keep the session's state (called from a detached task) with the replica's other
         writes; ``False``: resumed elsewhere."""
-        write = RecordWrite(token.session_id, epoch, state, digest(token.secret), self._key_digest)
+        one = write(state)
         kept = asyncio.get_running_loop().create_future()
-        self._writes[token.session_id] = (write, kept)
+        self._writes[one.session_id] = (one, kept)
         if self._writer is None or self._writer.done():
             self._writer = spawn_detached(self._write_batches())
         return await kept

@@ -13,6 +13,7 @@ from deployments.access import Access, refusal
 from deployments.realtime.transport import Transport
 from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
 from deployments.replica_lifecycle import ReplicaSessions
+from deployments.session_opening import SessionOpening
 
 
 class WebRTCCalls:
@@ -20,7 +21,7 @@ class WebRTCCalls:
         self,
         access: Access,
         sessions: ReplicaSessions,
-        serve: Callable[[Transport], Coroutine[Any, Any, None]],
+        serve: Callable[[Transport, SessionOpening], Coroutine[Any, Any, None]],
         ice_servers: IceServers,
     ) -> None:
         """``serve``: runs a session on a transport."""
@@ -30,9 +31,9 @@ class WebRTCCalls:
     async def call(self, request: Request) -> Response:
         """An SDP offer in (``application/sdp``), the answer out (201), and the session on
         the call's data channel and audio tracks."""
-        refused = self._access.refusal(request, [])
-        if refused is not None:
-            return refusal(403, "access_refused", refused)
+        admitted = await self._access.admit(request, [])
+        if isinstance(admitted, str):
+            return refusal(403, "access_refused", admitted)
         await self._sessions.watched()
         turned_away = self._sessions.refusal()
         if turned_away is not None:
@@ -44,12 +45,13 @@ class WebRTCCalls:
             return refusal(400, "invalid_offer", str(exc))
         self._sessions.admit()
         # The call outlives this request: owned by none (a recursive cancel must not end it).
-        spawn_detached(self._serve(transport)).add_done_callback(lambda _: self._sessions.release())
+        call = spawn_detached(self._serve(transport, SessionOpening(admitted)))
+        call.add_done_callback(lambda _: self._sessions.release())
         return Response(answer, status_code=201, media_type="application/sdp")
 
-    def ice_servers(self, request: Request) -> JSONResponse:
+    async def ice_servers(self, request: Request) -> JSONResponse:
         """The servers (``ingress.webrtc``), as ``RTCPeerConnection``'s ``iceServers``."""
-        refused = self._access.refusal(request, [])
-        if refused is not None:
-            return refusal(403, "access_refused", refused)
+        admitted = await self._access.admit(request, [])
+        if isinstance(admitted, str):
+            return refusal(403, "access_refused", admitted)
         return JSONResponse(self._ice_servers.for_page)

@@ -29,6 +29,29 @@ def _object(properties: dict[str, Any], required: list[str] | None = None) -> di
     return {"type": "object", "properties": properties, "required": required or [], "additionalProperties": False}
 
 
+def _secret_ref(name: str = "name") -> dict[str, Any]:
+    """An existing Secret's name (empty: none) and the key that holds the value."""
+    return _object({name: _STRING, "key": {"type": "string", "minLength": 1}})
+
+
+_QUANTITY = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"}
+"""A byte quantity as Kubernetes writes one, in the forms the chart converts (s2s-serve.bytes)."""
+_MUST_BE_ON = {"const": True}
+
+_CHARTS_REDIS_IS_CLOSED = {
+    "if": {"properties": {"deploy": {"const": True}}, "required": ["deploy"]},
+    "then": {
+        "properties": {
+            "auth": {"properties": {"enabled": _MUST_BE_ON}},
+            "networkPolicy": {"properties": {"enabled": _MUST_BE_ON}},
+        }
+    },
+}
+"""The chart's Redis (deploy) holds every session's record and resume-token digest: it never
+runs without a password (auth.enabled) or reachable by pods other than this release's Ray
+pods (networkPolicy.enabled)."""
+
+
 def values_schema() -> dict[str, Any]:
     app_config = AppConfig.model_json_schema()
     definitions = app_config.pop("$defs")
@@ -63,24 +86,36 @@ def values_schema() -> dict[str, Any]:
                 "turnCredential": _object({"secretName": _STRING, "key": _STRING}),
                 "sessionStore": _object(
                     {
+                        "secret": _secret_ref(),
                         "redis": _object(
                             {
                                 "urlSecret": _object({"name": _STRING, "key": _STRING}),
                                 "deploy": {"type": "boolean"},
                                 "image": _STRING,
+                                "auth": _object(
+                                    {
+                                        "enabled": {"type": "boolean"},
+                                        "existingSecret": _STRING,
+                                        "key": {"type": "string", "minLength": 1},
+                                    }
+                                ),
+                                "tls": _object({"secretName": _STRING}),
+                                "networkPolicy": _object({"enabled": {"type": "boolean"}}),
                                 "resources": _RESOURCES,
                                 **_PLACEMENT,
                             }
                         )
+                        | _CHARTS_REDIS_IS_CLOSED,
                     }
                 ),
+                "twilio": _object({"authTokenSecret": _secret_ref()}),
                 "recording": _object(
                     {
                         "enabled": {"type": "boolean"},
                         "mode": {"enum": ["on_request", "always"]},
                         "mountPath": {"type": "string", "pattern": "^/"},
                         "existingClaim": _STRING,
-                        "sizeLimit": _STRING,
+                        "sizeLimit": _QUANTITY,
                         "maxSessionS": {"type": "number", "exclusiveMinimum": 0},
                         "maxTotalBytes": {"type": ["integer", "null"], "minimum": 1 << 20},
                         "retentionDays": {"type": ["number", "null"], "exclusiveMinimum": 0},
@@ -90,6 +125,7 @@ def values_schema() -> dict[str, Any]:
                     {
                         "otlpEndpoint": {"type": "string", "pattern": "^(https?://.+)?$"},
                         "samplingRatio": {"type": "number", "minimum": 0, "maximum": 1},
+                        "headersSecret": _secret_ref(),
                         "env": {
                             "type": "object",
                             "patternProperties": {"^OTEL_[A-Z0-9_]+$": _STRING},

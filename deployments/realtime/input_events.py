@@ -44,10 +44,18 @@ class InputAudioEvents:
         await self.append_audio(event.audio)
 
     async def append_audio(self, audio: str) -> None:
-        """Base64 audio in the session's input format, checked against the audio rate limit."""
-        wire = self._settings.input_audio
+        """Base64 audio in the session's input format."""
         try:
             data = b64_audio_decode(audio)
+        except ValueError as exc:
+            raise ProtocolError("invalid_value", str(exc), "audio") from None
+        await self.append_wire(data)
+
+    async def append_wire(self, data: bytes) -> None:
+        """Audio in the session's input format (a transport's ``CallerAudio`` comes decoded),
+        checked against the audio rate limit."""
+        wire = self._settings.input_audio
+        try:
             samples = wire.samples(data)
         except ValueError as exc:
             raise ProtocolError("invalid_value", str(exc), "audio") from None

@@ -5,8 +5,13 @@ import json
 import time
 from collections.abc import Callable
 
+from deployments.realtime.limits import Violation
+
 KEYPAD_PAUSE_S = 2.0
 """Digits typed within this of each other are one entry (``#`` ends one at once)."""
+MAX_ENTRY_DIGITS = 32
+"""Digits one entry holds before its ``#`` (a card number has 19): a caller cannot grow the
+entry, and the message it becomes, without bound."""
 
 
 class Keypad:
@@ -19,7 +24,10 @@ class Keypad:
         self._clock = clock
 
     def press(self, digit: str) -> list[str]:
-        """A digit; the entry's events if this ends it."""
+        """A digit; the entry's events if this ends it. ``Violation`` for a digit past
+        ``MAX_ENTRY_DIGITS`` (refused; a ``#`` still ends the entry)."""
+        if digit != "#" and len(self._digits) >= MAX_ENTRY_DIGITS:
+            raise Violation("keypad_entry_too_long", f"over {MAX_ENTRY_DIGITS} digits in one keypad entry")
         self._digits += digit[:1]
         self._last_at = self._clock()
         return self.flush() if digit == "#" else []

@@ -6,7 +6,9 @@ every control event of the session behind the backlog. Each event over a limit i
 with an ``error`` that names the limit, and nothing else of the session is lost; a client
 that keeps going over limits (``strikes`` refusals within ``strike_window_s``) is closed
 with 1008 (policy violation), so one client can neither starve its replica's CPU nor hold a
-session slot by flooding. The limits and their defaults: :class:`deployments.config.InputLimits`.
+session slot by flooding. A transport of another protocol (a Twilio media stream) has every
+message of its caller admitted here too, and the messages it refuses count as refusals.
+The limits and their defaults: :class:`deployments.config.InputLimits`.
 """
 
 import time
@@ -18,7 +20,12 @@ from deployments.config import InputLimits
 from deployments.realtime.protocol import ProtocolError
 
 
-class LimitExceeded(ProtocolError):
+class Violation(ProtocolError):
+    """An event refused that counts toward closing the session (``strikes``): one over a
+    limit, or a message a transport of another protocol refuses (``transport.CallerMessage``)."""
+
+
+class LimitExceeded(Violation):
     """An event refused by a limit: ``code`` names it, ``param`` the setting."""
 
 

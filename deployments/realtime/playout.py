@@ -6,6 +6,14 @@ go out: the sink hands each piece here as the TTS makes it and goes on to synthe
 next while at most ``READ_AHEAD_MS`` of audio waits here. The next sentence is then ready
 before the listener runs out (no gap between sentences), and a cancel wastes little TTS
 work. Unpaced, frames leave as soon as the outbox has room, as before.
+
+Nothing leaves a playout after :meth:`Playout.stop`. The stale-audio guard rests on it: the
+outbox drops a cancelled response's output only until it forgets the response
+(``Outbox.forget``), which it does once the response's task has ended; that task stops its
+playout before it ends (``Responder._run``), but the playout's own task may end after the
+forget. So ``stop`` is final at once: the task is cancelled, and a cancelled task resumes
+only with ``CancelledError`` (which ``_send`` never catches), so a frame on its way is not
+sent; and whatever is given after ``stop`` is refused, so no task is started to send it.
 """
 
 import asyncio
@@ -41,6 +49,7 @@ class Playout:
         self._queued = asyncio.Event()
         self._taken = asyncio.Event()
         self._sending = False
+        self._stopped = False
         self._task: asyncio.Task[None] | None = None
 
     def say(self, text: str) -> None:
@@ -68,11 +77,15 @@ class Playout:
             await self._taken.wait()
 
     def stop(self) -> None:
-        """The answer is over (done, failed or cancelled): nothing more is sent from here."""
+        """The answer is over (done, failed or cancelled): nothing more is sent from here,
+        from now on (the module's docstring says why it must be at once)."""
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
 
     def _put(self, item: str | bytes) -> None:
+        if self._stopped:  # its response may be forgotten: it would go out as stale audio
+            return
         self._waiting.append(item)
         if self._task is None:
             self._task = self._spawn(self._send())

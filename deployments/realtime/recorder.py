@@ -8,6 +8,7 @@ replica loses at most what changed in the last write's round trip.
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from deployments.realtime.session_record import SessionState, item_record
 from deployments.realtime.settings import SessionSettings
 
 logger = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT_S = 2.0
+"""The store answers in milliseconds; a resume's own wait is of this order (redis_records)."""
 
 Save = Callable[[SessionState], Awaitable[bool]]
 """Writes the state; ``False`` if the record now belongs to a newer connection."""
@@ -63,6 +67,14 @@ class SessionRecorder:
         self._dirty = True
         if self._writer is None or self._writer.done():
             self._writer = spawn_detached(self._write())
+
+    async def flushed(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Until every change the client was told of is in the store, or ``timeout_s`` has
+        passed (a store that does not answer holds the session no longer)."""
+        writer = self._writer
+        if writer is not None and not writer.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(writer), timeout_s)  # the write itself goes on
 
     def state(self) -> SessionState:
         items = [item for item in self._conversation.items if item.id in self._finished]

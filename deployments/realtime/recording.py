@@ -11,8 +11,9 @@ the answer's 24 kHz PCM16 before the transport's codec (a phone caller hears it 
 
 Memory does not grow with the session: each channel goes to a raw file of its own through
 one writer thread per process (:class:`RawTrack`), at most ``FLUSH_BYTES`` at a time, and
-the WAV is made from the two at the end, in a thread. At its cap the recording stops and
-says so (``truncated``); the session goes on.
+the WAV is made from the two at the end, in a thread. At its cap, or when the recordings'
+byte budget has no more room for it (:mod:`recording_budget`: a share is taken before each
+write), the recording stops and says so (``truncated``); the session goes on.
 """
 
 import asyncio
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from deployments.realtime.audio_out import AnswerAudio, ClearAudio
+from deployments.realtime.recording_budget import Share
 from deployments.realtime.wire_audio import WireAudio
 from handlers import g711
 from handlers.audio import REALTIME_RATE, StreamResampler, float_to_pcm16
@@ -51,10 +53,13 @@ def _writer() -> ThreadPoolExecutor:
 
 class RawTrack:
     """One channel as raw PCM16 in a file, written by the writer thread with positional
-    writes: a gap left between frames reads back as silence."""
+    writes: a gap left between frames reads back as silence. Each write first takes its room
+    from the recording's ``share`` of the budget; without room it is dropped."""
 
-    def __init__(self, path: Path, cap_frames: int) -> None:
+    def __init__(self, path: Path, cap_frames: int, share: Share, channel: int) -> None:
         self.path = path
+        self._share = share
+        self._channel = channel
         self.end = 0
         """Samples placed so far (after a cut: where it cut)."""
         self.capped = False
@@ -91,7 +96,7 @@ class RawTrack:
         else:
             self._pending.clear()
             self._pending_at = at
-            self._submit(self._truncate, at * 2)
+            self.submit(self._truncate, at * 2)
         self.end = at
 
     def close(self) -> "Future[None]":
@@ -101,16 +106,18 @@ class RawTrack:
 
     def _flush(self) -> None:
         if self._pending:
-            self._submit(self._write, bytes(self._pending), self._pending_at * 2)
+            self.submit(self._write, bytes(self._pending), self._pending_at * 2)
             self._pending_at += len(self._pending) // 2
             self._pending.clear()
 
-    def _submit(self, operation: Callable[..., None], *args: Any) -> None:
+    def submit(self, operation: Callable[..., object], *args: Any) -> None:
+        """Run ``operation`` in the writer thread, after what was asked before; an ``OSError``
+        fails the track."""
         _writer().submit(self._run, operation, *args)
 
     # ---- in the writer thread --------------------------------------------------------
 
-    def _run(self, operation: Callable[..., None], *args: Any) -> None:
+    def _run(self, operation: Callable[..., object], *args: Any) -> None:
         if self.failed is not None:
             return
         try:
@@ -126,13 +133,17 @@ class RawTrack:
         return self._fd
 
     def _write(self, data: bytes, offset: int) -> None:
+        if not self._share.extend(self._channel, offset + len(data)):
+            return
         view = memoryview(data)
         while view:
             written = os.pwrite(self._file(), view, offset)
             view, offset = view[written:], offset + written
 
     def _truncate(self, size: int) -> None:
-        os.ftruncate(self._file(), size)
+        if self._fd is not None:  # else nothing was written
+            os.ftruncate(self._fd, size)
+            self._share.cut(self._channel, size)
 
     def _close(self) -> None:
         if self._fd is not None:
@@ -143,11 +154,15 @@ class RawTrack:
 class StereoRecording:
     """The two channels on the caller's timeline, and the WAV made from them at the end."""
 
-    def __init__(self, directory: Path, stem: str, cap_frames: int) -> None:
-        """``stem``: the WAV's name without ``.wav``; ``cap_frames``: the longest recording."""
+    def __init__(self, directory: Path, stem: str, cap_frames: int, share: Share | None = None) -> None:
+        """``stem``: the WAV's name without ``.wav``; ``cap_frames``: the longest recording;
+        ``share``: its part of the recordings' byte budget (``None``: no bound). Its first
+        chunk is taken now, before anything is written."""
         self.wav_path = directory / f"{stem}.wav"
-        self._caller = RawTrack(directory / f".{stem}.left.raw", cap_frames)
-        self._agent = RawTrack(directory / f".{stem}.right.raw", cap_frames)
+        self.share = share or Share(None, stem)
+        self._caller = RawTrack(directory / f".{stem}.left.raw", cap_frames, self.share, 0)
+        self._agent = RawTrack(directory / f".{stem}.right.raw", cap_frames, self.share, 1)
+        self._caller.submit(self.share.open)
         self._now = 0
         """The caller's samples taken in so far: the timeline's present."""
         self._resampler: tuple[int, StreamResampler] | None = None
@@ -174,18 +189,25 @@ class StereoRecording:
         """Whether agent audio placed on the timeline is still to be heard."""
         return self._agent.end > self._now
 
-    async def close(self) -> dict[str, Any]:
-        """Finish the WAV (the raw files go) and say what it holds, for the report."""
+    async def close(self) -> dict[str, Any] | None:
+        """Finish the WAV (the raw files go) and say what it holds, for the report; ``None``
+        if the budget refused the recording (nothing was written)."""
         if self._resampler is not None:  # what its filter still holds
             self._caller.write(self._now, float_to_pcm16(self._resampler[1].process(np.zeros(0), last=True)))
         tracks = (self._caller, self._agent)
         await asyncio.gather(*(asyncio.wrap_future(track.close()) for track in tracks))
+        if self.share.limited == "refused":
+            return None
         summary: dict[str, Any] = {
             "file": self.wav_path.name,
             "sample_rate": RATE,
             "channels": {"left": "caller", "right": "agent"},
-            "truncated": any(track.capped for track in tracks),
+            "truncated": self.share.limited is not None or any(track.capped for track in tracks),
         }
+        if self.share.limited is not None:
+            summary["truncated_by"] = "max_total_bytes"
+        elif summary["truncated"]:
+            summary["truncated_by"] = "max_session"
         try:
             frames = await asyncio.to_thread(interleave, self._caller.path, self._agent.path, self.wav_path)
         except OSError as error:

@@ -10,6 +10,14 @@ from handlers.audio import REALTIME_RATE
 WAV_MAX_BYTES = (1 << 32) - 1
 """A WAV file's sizes are 32-bit: no recording may be larger."""
 WAV_HEADER_BYTES = 44
+REPORT_BYTES = 64 << 10
+"""Room a recording holds for its report from its start (a larger report takes more at the end)."""
+
+
+def peak_bytes(left: int, right: int) -> int:
+    """The most a recording with raw channels of ``left`` and ``right`` bytes holds on disk:
+    both, the WAV made from them while they are still there, and its report."""
+    return left + right + WAV_HEADER_BYTES + 2 * max(left, right) + REPORT_BYTES
 
 
 class RecordingConfig(BaseModel):
@@ -28,10 +36,11 @@ class RecordingConfig(BaseModel):
     max_session_bytes: int | None = Field(None, ge=1 << 16, le=WAV_MAX_BYTES)
     """The same cap in bytes of WAV (96 000 a second); ``None``: only ``max_session_s``."""
     max_total_bytes: int | None = Field(10 << 30, ge=1 << 20)
-    """The directory's files, at most: each session's end deletes the oldest recordings
-    (with their reports) until they fit; ``None``: no bound."""
+    """The directory's recordings, at most, live ones included as they are written: there, new
+    recordings are refused and live ones stop; nothing is deleted for room. ``None``: no bound."""
     retention_days: float | None = Field(30.0, gt=0)
-    """Each session's end deletes recordings older than this; ``None``: kept until deleted."""
+    """Recordings last written longer ago than this are deleted (at each recorded session's
+    end, and before a recording is refused for room); ``None``: kept until deleted."""
 
     def session_cap_bytes(self) -> int:
         """The largest recording, in WAV bytes: the smaller cap, and a WAV's own limit."""
@@ -40,9 +49,10 @@ class RecordingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_recording_fits(self) -> "RecordingConfig":
-        if self.max_total_bytes is not None and self.max_total_bytes < self.session_cap_bytes():
+        raw = (self.session_cap_bytes() - WAV_HEADER_BYTES) // 2  # one channel's
+        if self.max_total_bytes is not None and self.max_total_bytes < peak_bytes(raw, raw):
             raise ValueError(
-                f"recording max_total_bytes ({self.max_total_bytes}) must hold one whole recording "
-                f"({self.session_cap_bytes()} bytes by max_session_s and max_session_bytes)"
+                f"recording max_total_bytes ({self.max_total_bytes}) must hold one whole recording while "
+                f"its WAV is made ({peak_bytes(raw, raw)} bytes by max_session_s and max_session_bytes)"
             )
         return self

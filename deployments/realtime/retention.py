@@ -1,12 +1,13 @@
-"""Keeping the recordings directory within its bounds, at each recorded session's end.
+"""The recordings directory's files: what they hold, and deleting the expired ones.
 
 A recording is every file of one stem (``<start>-<session id>``): its WAV, its report, and
-while it is being written its two raw channels. First whatever was last written more than
-``retention_days`` ago goes (raw files that old are a lost replica's leftovers), then, while
-the directory holds more than ``max_total_bytes``, the finished recordings, oldest first.
-A recording still being written is never deleted for room. Only files named as recordings
-are touched, and several replicas may share the directory: a file already gone is fine.
-Runs in a thread, never on the event loop.
+while it is being written its two raw channels and its share of the byte budget
+(``.<stem>.reserved``, :mod:`recording_budget`). Only age deletes a recording: whatever was
+last written more than ``retention_days`` ago goes (raw files that old are a lost replica's
+leftovers). Room is never made by deleting: at ``max_total_bytes`` new recordings are
+refused instead, so that no client's recording can push out another's. Only files named as
+recordings are touched, and several replicas may share the directory: a file already gone is
+fine. Runs in a thread, never on the event loop.
 """
 
 import logging
@@ -17,8 +18,9 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-RECORDING_FILE = re.compile(r"^\.?(\d{8}T\d{12}Z-[A-Za-z0-9_-]+)\.(wav|json|left\.raw|right\.raw)$")
-"""A recording's files: ``<stem>.wav``, ``<stem>.json``, ``.<stem>.left.raw``, ``.<stem>.right.raw``."""
+RECORDING_FILE = re.compile(r"^\.?(\d{8}T\d{12}Z-[A-Za-z0-9_-]+)\.(wav|json|left\.raw|right\.raw|reserved)$")
+"""A recording's files: ``<stem>.wav``, ``<stem>.json``, ``.<stem>.left.raw``,
+``.<stem>.right.raw``, ``.<stem>.reserved``."""
 DAY_S = 86_400
 
 
@@ -26,33 +28,38 @@ DAY_S = 86_400
 class _Recording:
     files: list[Path] = field(default_factory=list)
     size: int = 0
+    """Its files' bytes (a share's file is a size, not disk: not counted here)."""
+    reserved: int = 0
+    """The share of the budget it holds while it is written: what it may grow to."""
     written_at: float = 0.0
     """The newest file's modification time."""
-    live: bool = False
-    """Still being written: it has raw channels."""
+
+    @property
+    def counted(self) -> int:
+        """Its bytes against the budget: what it holds, or what it may grow to."""
+        return max(self.size, self.reserved)
 
 
-def sweep(
-    directory: Path, max_total_bytes: int | None, retention_days: float | None, now: float | None = None
-) -> list[str]:
-    """Delete what is past the bounds; returns the stems deleted, oldest first."""
+def sweep(directory: Path, retention_days: float | None, now: float | None = None) -> list[str]:
+    """Delete the recordings last written more than ``retention_days`` ago; returns their
+    stems, oldest first."""
+    if retention_days is None:
+        return []
+    cutoff = (time.time() if now is None else now) - retention_days * DAY_S
     recordings = _recordings(directory)
-    cutoff = (time.time() if now is None else now) - (retention_days or 0) * DAY_S
-    expired = [stem for stem, kept in recordings.items() if retention_days is not None and kept.written_at < cutoff]
-    total = sum(kept.size for kept in recordings.values())
-    deleted: list[str] = []
-    for stem in sorted(expired, key=lambda stem: recordings[stem].written_at):
-        total -= _delete(recordings.pop(stem))
-        deleted.append(stem)
-    finished = [stem for stem, kept in recordings.items() if not kept.live]
-    for stem in sorted(finished, key=lambda stem: recordings[stem].written_at):
-        if max_total_bytes is None or total <= max_total_bytes:
-            break
-        total -= _delete(recordings.pop(stem))
-        deleted.append(stem)
+    expired = sorted((kept.written_at, stem) for stem, kept in recordings.items() if kept.written_at < cutoff)
+    for _, stem in expired:
+        for path in recordings[stem].files:
+            path.unlink(missing_ok=True)
+    deleted = [stem for _, stem in expired]
     if deleted:
-        logger.info("recordings deleted for retention or room: %s", ", ".join(deleted))
+        logger.info("recordings past retention deleted: %s", ", ".join(deleted))
     return deleted
+
+
+def used_bytes(directory: Path) -> int:
+    """The recordings' bytes, each live one's share counted whole."""
+    return sum(kept.counted for kept in _recordings(directory).values())
 
 
 def _recordings(directory: Path) -> dict[str, _Recording]:
@@ -71,14 +78,9 @@ def _recordings(directory: Path) -> dict[str, _Recording]:
             continue
         recording = recordings.setdefault(match[1], _Recording())
         recording.files.append(path)
-        recording.size += stat.st_size
+        if match[2] == "reserved":
+            recording.reserved = stat.st_size
+        else:
+            recording.size += stat.st_size
         recording.written_at = max(recording.written_at, stat.st_mtime)
-        recording.live |= match[2].endswith(".raw")
     return recordings
-
-
-def _delete(recording: _Recording) -> int:
-    """Delete the recording's files; returns the bytes they held."""
-    for path in recording.files:
-        path.unlink(missing_ok=True)
-    return recording.size

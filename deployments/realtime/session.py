@@ -16,9 +16,10 @@ and the session goes on; only a client that keeps going over limits is closed (1
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import (
@@ -33,6 +34,7 @@ from openai.types.realtime import (
     RealtimeSessionCreateRequest,
     ResponseCancelEvent,
     ResponseCreateEvent,
+    ResponseDoneEvent,
     SessionCreatedEvent,
     SessionUpdatedEvent,
     SessionUpdateEvent,
@@ -45,7 +47,7 @@ from deployments.realtime.audio_out import CLEAR_AUDIO
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.input_events import InputAudioEvents
 from deployments.realtime.item_events import ItemEvents, replay
-from deployments.realtime.limits import InputGuard, LimitExceeded, TooManyViolations
+from deployments.realtime.limits import InputGuard, TooManyViolations, Violation
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import (
@@ -66,7 +68,7 @@ from deployments.realtime.session_record import item_from_record
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
-from deployments.realtime.transport import CallerAudio, ClientLeft, Transport
+from deployments.realtime.transport import CallerAudio, CallerInput, CallerMessage, ClientLeft, Transport
 from deployments.realtime.turns import TurnTaker
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,19 @@ FAILURE_REPORT_TIMEOUT_S = 1.0
 
 E = TypeVar("E", bound=OpenAIModel)
 Handler = Callable[[E], Awaitable[None]]
+
+
+def new_settings(config: IngressConfig, model_name: str) -> SessionSettings:
+    """A new session's settings: the server's defaults."""
+    return SessionSettings(
+        model_name=model_name,
+        instructions=config.instructions,
+        defaults=config.turn_detection,
+        turn_detection=config.turn_detection,
+        max_instructions_chars=config.max_item_chars,
+        default_interruption=config.interruption,
+        interruption=config.interruption,
+    )
 
 
 class RealtimeSession:
@@ -104,28 +119,25 @@ class RealtimeSession:
         stages = BoundedStages(stages, config.stage_timeout_s, watch)
         self._supervisor = Supervisor(self.id)
         spawn = self._supervisor.spawn
-        self.settings = SessionSettings(
-            model_name=model_name,
-            instructions=config.instructions,
-            defaults=config.turn_detection,
-            turn_detection=config.turn_detection,
-            max_instructions_chars=config.max_item_chars,
-            default_interruption=config.interruption,
-            interruption=config.interruption,
-        )
+        self.settings = new_settings(config, model_name)
         resumed = stored.resumed if stored is not None else None
         if resumed is not None and resumed["settings"]:
             self.settings.update(SessionUpdateEvent(type="session.update", session=resumed["settings"]).session)
         self._conversation = Conversation(config.history_items)
         for record in resumed["items"] if resumed is not None else []:
             self._conversation.add(item_from_record(record))
-        recorder = None
+        self._recorder = recorder = None
         if stored is not None:
-            recorder = SessionRecorder(self.settings, self._conversation, stored.save, self._superseded)
+            self._recorder = recorder = SessionRecorder(
+                self.settings, self._conversation, stored.save, self._superseded
+            )
             stored.rewrite_with(recorder.rewrite)
+        self._draining = False
         self._capture, self._refusal = recording.open(self.id) if recording is not None else (None, None)
         self._on_sent = on_sent = each((metrics, recorder, self._capture))
-        self._outbox = Outbox(transport.send, transport.audio, config.outgoing_events, on_sent, metrics.dropped)
+        self._outbox = Outbox(self._send, transport.audio, config.outgoing_events, on_sent, metrics.dropped)
+        if self._capture is not None:  # a recording the budget refuses or stops is told of
+            self._capture.tell = self._outbox.put
         self._playback = Playback(
             transport.audio, lambda: self._outbox.put(CLEAR_AUDIO), lambda: self.settings.interruption.audio_lead_ms
         )
@@ -224,6 +236,13 @@ class RealtimeSession:
             if self._capture is not None:
                 self._capture.finish()
 
+    def open_with(self, session: dict[str, Any]) -> None:
+        """Before ``run``: the settings of the client secret the session was opened with, as
+        its first ``session.update`` (checked when the secret was made)."""
+        update = parse_client_event(json.dumps({"type": "session.update", "session": session}))
+        if self.settings.update(cast(SessionUpdateEvent, update).session):
+            self._audio.reconfigure(self.settings.turn_detection)
+
     def _described(self) -> RealtimeSessionCreateRequest:
         """The session as ``session.created`` shows it: its settings, and (extra fields, which
         the stock SDKs keep) its id and the token that resumes it."""
@@ -241,13 +260,25 @@ class RealtimeSession:
 
     def draining(self, closes_in_s: float) -> None:
         """The replica is being replaced: the socket closes in ``closes_in_s``."""
+        self._draining = True
         if self._drain_notice:
             self._outbox.put(server_event(SessionDrainingEvent, closes_in_ms=round(closes_in_s * 1000)))
 
     async def close(self, code: int, reason: str) -> None:
-        """Server-side close (shutdown): stop the response, then close with ``code``."""
+        """Server-side close (shutdown, a drain's end): stop the response, see the record
+        hold what the client was told, then close with ``code``."""
         self._responder.cancel(None)
+        if self._recorder is not None:
+            await self._recorder.flushed()
         await self._transport.close(code, reason)
+
+    async def _send(self, event: OpenAIModel) -> None:
+        """Send ``event``. A draining session's client leaves at its turn's end
+        (``response.done``) and resumes elsewhere at once, so that event waits until the
+        record holds everything before it: the resume then finds the whole turn."""
+        if self._draining and self._recorder is not None and isinstance(event, ResponseDoneEvent):
+            await self._recorder.flushed()
+        await self._transport.send(event)
 
     async def _close_with(self, error: RealtimeErrorEvent, code: int) -> None:
         """Tell the client why, then close (straight to the socket: the send loop is gone)."""
@@ -267,14 +298,18 @@ class RealtimeSession:
         while True:  # until the transport says ClientLeft
             await self._on_message(await self._transport.receive())
 
-    async def _on_message(self, message: str | bytes | CallerAudio) -> None:
+    async def _on_message(self, message: str | bytes | CallerInput) -> None:
         """Serve one client event; whatever goes wrong, the client hears of it and the
         session goes on (``TooManyViolations`` aside, which ends it)."""
         event_id = None
         try:
             if isinstance(message, CallerAudio):
                 await self._guard.admit_event(message.size)
-                await self._input.append_audio(message.audio)
+                await self._input.append_wire(message.audio)
+                return
+            if isinstance(message, CallerMessage):
+                await self._guard.admit_event(message.size)
+                message.serve()
                 return
             size = len(message) if isinstance(message, bytes) or message.isascii() else len(message.encode())
             await self._guard.admit_event(size)
@@ -287,7 +322,7 @@ class RealtimeSession:
         except ProtocolError as error:
             error.event_id = error.event_id or event_id
             self._outbox.put(error_event(error))
-            if isinstance(error, LimitExceeded):
+            if isinstance(error, Violation):
                 self._guard.refused()
         except Exception:
             logger.exception("session %s: an event failed", self.id)

@@ -1,5 +1,6 @@
 """The session's settings: what ``session.update`` may change and ``session.updated`` shows."""
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -13,6 +14,7 @@ from openai.types.realtime import (
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 from openai.types.realtime.realtime_function_tool import RealtimeFunctionTool
 from openai.types.realtime.realtime_response_create_params import RealtimeResponseCreateParams
+from openai.types.realtime.realtime_tracing_config import TracingConfiguration
 from openai.types.realtime.session_update_event import Session
 from openai.types.responses.tool_choice_function import ToolChoiceFunction
 from pydantic import BaseModel, ValidationError
@@ -26,6 +28,13 @@ from handlers.vad import TurnDetection
 
 N = TypeVar("N", int, float)
 M = TypeVar("M", bound=BaseModel)
+
+TRACING_METADATA_KEYS = 16
+TRACING_KEY_CHARS = 64
+TRACING_VALUE_CHARS = 512
+"""Bounds on a session's ``tracing`` (OpenAI's for ``metadata`` elsewhere; it documents none
+here): its names and each metadata entry become an attribute of the session's span, which a
+client must not make as many or as long as it likes."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,7 @@ class SessionSettings:
         check_modalities(session.output_modalities, "session.output_modalities")
         tools, tool_choice = self._tools_over_the_session(session.tools, session.tool_choice, "session")
         self._check_instructions(session.instructions, "session.instructions")
+        check_tracing(session.tracing, "session.tracing")
         max_output_tokens = session.max_output_tokens
         if isinstance(max_output_tokens, int):
             check_range(max_output_tokens, 1, 4096, "session.max_output_tokens")
@@ -257,6 +267,35 @@ def check_range(value: N, low: float, high: float, param: str) -> N:
     if not low <= value <= high:
         raise ProtocolError("invalid_value", f"{param.rsplit('.', 1)[-1]} must be from {low:g} to {high:g}", param)
     return value
+
+
+def check_tracing(tracing: Any, param: str) -> None:
+    """Refuse a ``tracing`` over its bounds (``invalid_value`` naming the field): a workflow
+    name or group id over ``TRACING_VALUE_CHARS``, metadata with over ``TRACING_METADATA_KEYS``
+    entries, a key over ``TRACING_KEY_CHARS`` or a value (as the span has it: a string, else
+    its JSON) over ``TRACING_VALUE_CHARS``."""
+    if not isinstance(tracing, TracingConfiguration):
+        return
+    for name in ("workflow_name", "group_id"):
+        if len(getattr(tracing, name) or "") > TRACING_VALUE_CHARS:
+            raise ProtocolError(
+                "invalid_value",
+                f"{name} is over this server's limit of {TRACING_VALUE_CHARS} characters",
+                f"{param}.{name}",
+            )
+    metadata = tracing.metadata
+    if not isinstance(metadata, dict):  # not put on the span (session_trace)
+        return
+    param = f"{param}.metadata"
+    if len(metadata) > TRACING_METADATA_KEYS:
+        raise ProtocolError("invalid_value", f"metadata has over {TRACING_METADATA_KEYS} keys", param)
+    for key, value in metadata.items():
+        if len(key) > TRACING_KEY_CHARS:
+            raise ProtocolError("invalid_value", f"a metadata key is over {TRACING_KEY_CHARS} characters", param)
+        if len(value if isinstance(value, str) else json.dumps(value)) > TRACING_VALUE_CHARS:
+            raise ProtocolError(
+                "invalid_value", f"metadata value of {key!r} is over {TRACING_VALUE_CHARS} characters", param
+            )
 
 
 def check_modalities(modalities: Sequence[str] | None, param: str) -> None:

@@ -6,7 +6,8 @@ generators they control, so the session logic runs without Ray or models.
 :class:`BoundedStages` puts a time bound on every wait for a stage and turns each failure
 into a :class:`StageFailure` that says, in our words, which stage failed. A stage known to
 have no running replica (:class:`StageWatch`) fails a call at once, ``{stage}_unavailable``,
-instead of after the time bound.
+instead of after the time bound; so does a call that waits for its first output while the
+watch finds its stage has none.
 """
 
 import asyncio
@@ -47,21 +48,37 @@ class StageStream(Protocol[T_co]):
 class StageWatch(Protocol):
     """Which stages have no running replica (``deployments.replica_watch`` on Serve)."""
 
+    @property
+    def suspect_after_s(self) -> float | None:
+        """How long a call may wait for its first output before :meth:`slow` is asked, and
+        asked again (``None``: never)."""
+        ...
+
     def down(self, stage: StageName) -> bool: ...
 
     def failed(self, stage: StageName, exc: Exception) -> None:
         """A call to ``stage`` failed with ``exc`` (the watch tells a lost replica apart)."""
         ...
 
+    def slow(self, stage: StageName) -> "asyncio.Future[bool]":
+        """A call to ``stage`` is still waiting for its first output: whether the stage is down
+        (a replica that dies while no call is in flight fails none: Serve queues the next)."""
+        ...
+
 
 class NoWatch:
     """Every stage taken for up: calls wait for their time bound."""
+
+    suspect_after_s = None
 
     def down(self, stage: StageName) -> bool:
         return False
 
     def failed(self, stage: StageName, exc: Exception) -> None:
         return
+
+    def slow(self, stage: StageName) -> "asyncio.Future[bool]":
+        raise AssertionError("never asked: suspect_after_s is None")
 
 
 NO_WATCH = NoWatch()
@@ -148,21 +165,73 @@ class _Bound:
         return StageFailure.failed(self.stage)
 
     async def result(self, call: Awaitable[T]) -> T:
-        if self.watch.down(self.stage):
-            _withdraw(call)
-            raise StageFailure.unavailable(self.stage)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                return await call
-        except TimeoutError:
-            raise StageFailure.timed_out(self.stage, self.timeout_s) from None
+            if self.watch.down(self.stage):
+                raise StageFailure.unavailable(self.stage)
+            return await self.within(call, first=True)
+        except StageFailure:
+            _withdraw(call)  # a hung or queued call must not go on holding or waiting for a replica
+            raise
         except Exception as exc:
             raise self.failure(exc) from exc
 
+    async def within(self, step: Awaitable[T], first: bool) -> T:
+        """``step`` (a call's result, a stream's next item) within the time bound, else a
+        :class:`StageFailure`; a ``first`` output is also given up at once when the watch
+        finds the stage down while it waits. Other errors pass."""
+        suspicion = None
+        try:
+            async with asyncio.timeout(self.timeout_s) as timeout:
+                suspicion = _Suspicion(self.stage, self.watch, timeout) if first else None
+                try:
+                    return await step
+                finally:
+                    if suspicion is not None:
+                        suspicion.stop()
+        except TimeoutError:
+            if suspicion is not None and suspicion.found_down:
+                raise StageFailure.unavailable(self.stage) from None
+            raise StageFailure.timed_out(self.stage, self.timeout_s) from None
+
+
+class _Suspicion:
+    """While a call waits for its first output: every ``watch.suspect_after_s``, ask the
+    watch whether the stage is down, and if so end the wait at once (expire ``timeout``).
+    Only a slow call asks: a prompt one costs a timer, no remote call."""
+
+    def __init__(self, stage: StageName, watch: StageWatch, timeout: asyncio.Timeout) -> None:
+        self._stage, self._watch, self._timeout = stage, watch, timeout
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._stopped = False
+        self.found_down = False
+        self._arm()
+
+    def _arm(self) -> None:
+        if (after_s := self._watch.suspect_after_s) is not None:
+            self._timer = self._loop.call_later(after_s, self._ask)
+
+    def _ask(self) -> None:
+        self._watch.slow(self._stage).add_done_callback(self._answered)
+
+    def _answered(self, verdict: "asyncio.Future[bool]") -> None:
+        if self._stopped or self._timeout.expired():  # the wait ended or is ending meanwhile
+            return
+        if verdict.result():
+            self.found_down = True
+            self._timeout.reschedule(self._loop.time())
+        else:
+            self._arm()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+
 
 def _withdraw(call: Awaitable[Any]) -> None:
-    """A call given up on before it was awaited: stopped where it waits (a Serve call is
-    cancelled, a coroutine closed)."""
+    """A call given up on: stopped where it waits (a Serve call is cancelled, a coroutine
+    not yet awaited closed)."""
     if isinstance(call, Coroutine):
         call.close()
     elif callable(cancel := getattr(call, "cancel", None)):
@@ -174,14 +243,7 @@ class _BoundedCall(StageCall[T_co]):
         self._call, self._bound = call, bound
 
     def __await__(self) -> Generator[Any, None, T_co]:
-        return self._result().__await__()
-
-    async def _result(self) -> T_co:
-        try:
-            return await self._bound.result(self._call)
-        except StageFailure:
-            self._call.cancel()  # a hung call must not go on holding its replica
-            raise
+        return self._bound.result(self._call).__await__()
 
     def cancel(self) -> None:
         self._call.cancel()
@@ -200,17 +262,18 @@ class _BoundedStream(StageStream[T_co]):
             self._stream.cancel()
             raise StageFailure.unavailable(bound.stage)
         items = aiter(self._stream)
+        first = True
         while True:
             try:
-                async with asyncio.timeout(bound.timeout_s):
-                    item = await anext(items)
+                item = await bound.within(anext(items), first)
             except StopAsyncIteration:
                 return
-            except TimeoutError:
-                self._stream.cancel()
-                raise StageFailure.timed_out(bound.stage, bound.timeout_s) from None
+            except StageFailure:
+                self._stream.cancel()  # a hung or queued stream must not go on holding or waiting for a replica
+                raise
             except Exception as exc:
                 raise bound.failure(exc) from exc
+            first = False
             yield item
 
     def cancel(self) -> None:

@@ -7,6 +7,7 @@ WebSocket (a WebRTC call and a Twilio media stream are others). A client that ha
 """
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,14 +29,30 @@ class CallerAudio:
     served as ``input_audio_buffer.append``, with no event written to be parsed again (that
     cost more than all the rest of a 20 ms frame)."""
 
-    audio: str
-    """Base64, in the session's input format."""
+    audio: bytes
+    """In the session's input format."""
     size: int
     """The message's size, for the event size limit."""
 
 
+@dataclass(frozen=True, slots=True)
+class CallerMessage:
+    """Any other message of such a transport's caller (a Twilio ``mark`` or ``dtmf``, or one
+    it refuses): the session's guard admits it like any client event, so one budget covers
+    all that a caller sends, and only then does the transport serve it."""
+
+    size: int
+    """The message's size, for the event size limit."""
+    serve: Callable[[], None]
+    """Serves it once admitted; raises ``limits.Violation`` for a message the transport
+    refuses (a strike: its peer hears no ``error``, and a real one never sends it)."""
+
+
+CallerInput = CallerAudio | CallerMessage
+
+
 class Transport(Protocol):
-    async def receive(self) -> str | bytes | CallerAudio:
+    async def receive(self) -> str | bytes | CallerInput:
         """The next client message (``ClientLeft`` once the client has gone)."""
         ...
 

@@ -13,9 +13,12 @@ transport that speaks Twilio's messages (https://www.twilio.com/docs/voice/media
   ``response.done <id> <status>``, echoed once the answer has played out. Nothing else goes
   to Twilio: its stream takes only ``media``, ``mark`` and ``clear``, so the session's
   ``error`` events are logged.
-- Bad input (a frame that is not JSON or not Twilio's, a bad payload, a flood) is logged
-  with the call's id and costs nothing else; the session's own limits apply to the audio,
-  and a caller that keeps breaking them is hung up (1008), which Twilio's debugger shows.
+- Every message in passes the session's input guard (``transport.CallerAudio``,
+  ``transport.CallerMessage``): one budget for the call, whatever it sends. Bad input (a
+  frame that is not JSON or not Twilio's, a bad payload or digit) is refused and counts as
+  breaking a limit, since a real Twilio never sends it; a caller that keeps breaking limits
+  is hung up (1008), which Twilio's debugger shows. The call's first ``LOGGED_PROBLEMS``
+  problems are logged with its id, the rest only counted (:class:`CallLog`).
 """
 
 import asyncio
@@ -24,6 +27,7 @@ import contextlib
 import json
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -34,8 +38,9 @@ from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent
 
 from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.keypad import Keypad
+from deployments.realtime.limits import Violation
 from deployments.realtime.playout import audio_ms
-from deployments.realtime.transport import CallerAudio, ClientLeft, send_text
+from deployments.realtime.transport import CallerAudio, CallerInput, CallerMessage, ClientLeft, send_text
 from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 
 logger = logging.getLogger(__name__)
@@ -44,6 +49,13 @@ MEDIA_STREAM_PATH = "/v1/twilio/media-stream"
 START_TIMEOUT_S = 10.0
 """Twilio sends ``connected`` and ``start`` as the stream opens; a client that does not is
 no Twilio stream."""
+MAX_PENDING_MARKS = 256
+"""Marks kept awaiting their echo (25.6 s of 100 ms frames, well past the longest lead a paced
+answer keeps): past it the oldest is forgotten, so a peer that never echoes cannot grow them;
+a later mark's echo tells as much, so the played position is at worst low, never high."""
+LOGGED_PROBLEMS = 5
+"""Problems of one call logged one by one; the rest are counted, the count logged as it ends."""
+DIGITS = frozenset("0123456789*#")
 
 
 class BadStream(ValueError):
@@ -138,6 +150,8 @@ class TwilioAudio:
         self._next_mark += 1
         name = str(self._next_mark)
         self._marks[name] = (frame.response_id, end_ms)
+        if len(self._marks) > MAX_PENDING_MARKS:
+            del self._marks[next(iter(self._marks))]
         self._unplayed = True
         await self._send({"event": "mark", "streamSid": self._sid, "mark": {"name": name}})
 
@@ -166,14 +180,39 @@ class TwilioAudio:
         return self._played_ms.get(response_id, 0.0)
 
 
+class CallLog:
+    """One call's warnings: the first ``LOGGED_PROBLEMS`` in full, then only a count, logged
+    once as the call ends, so a caller that floods the server cannot flood its log."""
+
+    def __init__(self, call_sid: str) -> None:
+        self._sid = call_sid
+        self._logged = self._unlogged = 0
+
+    def problem(self, what: str) -> None:
+        if self._logged < LOGGED_PROBLEMS:
+            self._logged += 1
+            logger.warning("twilio call %s: %s", self._sid, what)
+        else:
+            self._unlogged += 1
+
+    def ended(self, how: str) -> None:
+        if self._unlogged:
+            logger.warning("twilio call %s %s: %d more problems, not logged", self._sid, how, self._unlogged)
+            self._unlogged = 0
+
+
 class SendMessage:
     """Twilio's messages as JSON text on the socket; ``ClientLeft`` once it has gone."""
 
-    def __init__(self, websocket: WebSocket) -> None:
-        self._ws = websocket
+    def __init__(self, websocket: WebSocket, log: CallLog) -> None:
+        self._ws, self._log = websocket, log
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        await send_text(self._ws, json.dumps(message))
+        try:
+            await send_text(self._ws, json.dumps(message))
+        except ClientLeft:
+            self._log.ended("left")
+            raise
 
 
 class TwilioTransport:
@@ -182,7 +221,8 @@ class TwilioTransport:
     def __init__(self, websocket: WebSocket, start: StreamStart, instructions: str | None) -> None:
         self._ws = websocket
         self.start = start
-        self._send = SendMessage(websocket)
+        self._log = CallLog(start.call_sid)
+        self._send = SendMessage(websocket, self._log)
         self.audio = TwilioAudio(self._send, start.stream_sid)
         self._keypad = Keypad()
         session: dict[str, Any] = {
@@ -191,10 +231,10 @@ class TwilioTransport:
         }
         if instructions is not None:
             session["instructions"] = instructions
-        self._pending: deque[str | CallerAudio] = deque([json.dumps({"type": "session.update", "session": session})])
-        """Client events made from Twilio's messages, and the call's opening settings."""
+        self._pending: deque[str | CallerInput] = deque([json.dumps({"type": "session.update", "session": session})])
+        """The call's opening settings, Twilio's messages as taken, and keypad entries."""
 
-    async def receive(self) -> str | bytes | CallerAudio:
+    async def receive(self) -> str | CallerInput:
         while not self._pending:
             wait_s = self._keypad.wait_s()
             try:
@@ -204,46 +244,48 @@ class TwilioTransport:
                 self._pending.extend(self._keypad.flush())
                 continue
             except WebSocketDisconnect:
+                self._log.ended("left")
                 raise ClientLeft from None
             if message["type"] == "websocket.disconnect":
+                self._log.ended("left")
                 raise ClientLeft
-            self._take(message.get("text") or message.get("bytes") or "")
+            self._pending.append(self._taken(message.get("text") or message.get("bytes") or ""))
         return self._pending.popleft()
 
-    def _take(self, text: str | bytes) -> None:
-        """Turn one of Twilio's messages into client events (or into nothing)."""
+    def _taken(self, text: str | bytes) -> CallerInput:
+        """One of Twilio's messages, for the session's guard to admit (``ClientLeft`` for ``stop``)."""
+        size = len(text)
         try:
             message = json.loads(text)
             event = message["event"]
-        except (ValueError, TypeError, KeyError):
-            self._bad(f"a message that is not Twilio's: {str(text)[:80]!r}")
-            return
+        except (ValueError, TypeError, KeyError, RecursionError):
+            return CallerMessage(size, _refused(f"a message that is not Twilio's: {str(text)[:80]!r}"))
         if event == "media":
-            payload = (message.get("media") or {}).get("payload")
-            if not isinstance(payload, str):
-                self._bad("a media message without media.payload")
-                return
-            self._pending.append(CallerAudio(payload, len(text)))
-        elif event == "mark":
-            self.audio.echoed(str((message.get("mark") or {}).get("name")))
-        elif event == "dtmf":
-            digit = str((message.get("dtmf") or {}).get("digit", ""))
-            if digit in "0123456789*#" and len(digit) == 1:
-                self._pending.extend(self._keypad.press(digit))
-            else:
-                self._bad(f"a dtmf digit {digit[:8]!r}")
-        elif event == "stop":
+            try:
+                return CallerAudio(base64.b64decode(_field(message, "media", "payload"), validate=True), size)
+            except (ValueError, TypeError):
+                return CallerMessage(size, _refused("a media message without a base64 media.payload"))
+        if event == "mark":
+            name = _field(message, "mark", "name")
+            if not isinstance(name, str):
+                return CallerMessage(size, _refused("a mark message without mark.name"))
+            return CallerMessage(size, lambda: self.audio.echoed(name))
+        if event == "dtmf":
+            digit = _field(message, "dtmf", "digit")
+            if not isinstance(digit, str) or digit not in DIGITS:
+                return CallerMessage(size, _refused(f"a dtmf digit {str(digit)[:8]!r}"))
+            return CallerMessage(size, lambda: self._pending.extend(self._keypad.press(digit)))
+        if event == "stop":
+            self._log.ended("stopped")
             raise ClientLeft
-        elif event not in ("connected", "start"):
-            self._bad(f"an event {str(event)[:40]!r} Twilio does not send")
-
-    def _bad(self, what: str) -> None:
-        logger.warning("twilio call %s sent %s: ignored", self.start.call_sid, what)
+        if event in ("connected", "start"):
+            return CallerMessage(size, lambda: None)
+        return CallerMessage(size, _refused(f"an event {str(event)[:40]!r} Twilio does not send"))
 
     async def send(self, event: OpenAIModel) -> None:
         """Twilio takes no Realtime events: a ``response.done`` becomes a mark after the
         answer's audio (``response.done <id> <status>``: echoed once it has played), and an
-        error is logged against the call."""
+        error is logged against the call (:class:`CallLog`)."""
         if isinstance(event, ResponseDoneEvent):
             response = event.response
             await self._send(
@@ -254,9 +296,24 @@ class TwilioTransport:
                 }
             )
         elif isinstance(event, RealtimeErrorEvent):
-            error = event.error
-            logger.warning("twilio call %s: %s (%s)", self.start.call_sid, error.message, error.code)
+            self._log.problem(f"{event.error.message} ({event.error.code})")
 
     async def close(self, code: int, reason: str) -> None:
+        self._log.ended(f"closed with {code} ({reason})")
         with contextlib.suppress(RuntimeError):
             await self._ws.close(code=code, reason=reason)
+
+
+def _field(message: dict[str, Any], part: str, name: str) -> Any:
+    """``message[part][name]``, or ``None`` where the message is not shaped as Twilio's are."""
+    inner = message.get(part)
+    return inner.get(name) if isinstance(inner, dict) else None
+
+
+def _refused(what: str) -> Callable[[], None]:
+    """Serving a message Twilio never sends: refused, and counted as breaking a limit."""
+
+    def refuse() -> None:
+        raise Violation("invalid_twilio_message", f"sent {what}: ignored")
+
+    return refuse

@@ -24,7 +24,7 @@ from deployments.realtime.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import MAX_QUESTION, question_tone
 from loadtest import options
-from loadtest.client.twilio_caller import TwilioCaller
+from loadtest.client.twilio_caller import TwilioCaller, stream_parameters
 from loadtest.stats import percentile
 
 QUESTION_S = 1.0
@@ -98,7 +98,8 @@ async def run(
     seed: int,
     api_key: str | None = None,
 ) -> dict[str, Any]:
-    """``api_key``: the server's, sent as the stream's ``api_key`` parameter (as the webhook's TwiML does)."""
+    """``api_key``: the server's, with which each call asks the voice webhook for its TwiML
+    (whose one-use secret opens its stream), as Twilio does."""
     stream_url = f"{url.rstrip('/')}/twilio/media-stream"
     calls = Calls()
     deadline = time.monotonic() + ramp_s + duration_s
@@ -106,8 +107,14 @@ async def run(
 
     async def started(index: int) -> None:
         await asyncio.sleep(ramp_s * index / max(sessions, 1))  # the ramp, not synchronisation
-        parameters = {"api_key": api_key} if api_key is not None else {}
-        await call(stream_url, parameters, str(index), deadline, interrupt_rate, random.Random(rng.random()), calls)
+        name = str(index)
+        webhook = f"{url.rstrip('/').replace('ws', 'http', 1)}/twilio/incoming-call"
+        try:
+            parameters = await stream_parameters(webhook, name, api_key) if api_key is not None else {}
+        except Exception as exc:  # this call fails; the others go on
+            calls.failures.append(f"{name}: the webhook: {type(exc).__name__}: {str(exc)[:200]}")
+            return
+        await call(stream_url, parameters, name, deadline, interrupt_rate, random.Random(rng.random()), calls)
 
     await asyncio.gather(*(started(index) for index in range(sessions)))
     return {

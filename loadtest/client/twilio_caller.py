@@ -14,9 +14,12 @@ import base64
 import contextlib
 import json
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from xml.etree import ElementTree
 
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -34,6 +37,29 @@ class Answer:
     first_audio_at: float | None = None
     done: str | None = None
     """The done mark's name (``response.done <id> <status>``), once it has played."""
+
+
+def call_sid(name: str) -> str:
+    return f"CA{name}"
+
+
+async def stream_parameters(webhook_url: str, name: str, api_key: str | None) -> dict[str, str]:
+    """What Twilio does as call ``name`` comes in: ask the voice webhook (with the API key
+    as HTTP basic auth, as a number's webhook URL carries it) and read the stream's
+    ``<Parameter>``s from its TwiML."""
+    form = urllib.parse.urlencode({"CallSid": call_sid(name), "From": "+15550100"}).encode()
+    request = urllib.request.Request(webhook_url, data=form, method="POST")
+    if api_key is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"twilio:{api_key}".encode()).decode())
+
+    def ask() -> bytes:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return bytes(response.read())
+
+    stream = ElementTree.fromstring(await asyncio.to_thread(ask)).find("Connect/Stream")
+    if stream is None:
+        raise ConnectionError("the webhook's TwiML connects no stream")
+    return {str(p.get("name")): str(p.get("value")) for p in stream.findall("Parameter")}
 
 
 class TwilioCaller:
@@ -63,7 +89,7 @@ class TwilioCaller:
             start = {
                 "accountSid": "AC0",
                 "streamSid": caller.sid,
-                "callSid": f"CA{name}",
+                "callSid": call_sid(name),
                 "tracks": ["inbound"],
                 "customParameters": parameters or {},
                 "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
@@ -74,7 +100,7 @@ class TwilioCaller:
                 yield caller
             finally:
                 with contextlib.suppress(Exception):
-                    await caller._send({"event": "stop", "stop": {"accountSid": "AC0", "callSid": f"CA{name}"}})
+                    await caller._send({"event": "stop", "stop": {"accountSid": "AC0", "callSid": call_sid(name)}})
                 for task in caller._tasks:
                     task.cancel()
 

@@ -94,10 +94,11 @@ class Call:
         self.channel.on("message", self._on_message)
         self.peer.on("track", self._on_track)
 
-    async def dial(self, calls_url: str) -> tuple[int, str]:
-        """Offer the call; the HTTP status and the body (the SDP answer when 201)."""
+    async def dial(self, calls_url: str, bearer: str | None = None) -> tuple[int, str]:
+        """Offer the call (with ``bearer``: a client secret, or the key); the HTTP status and
+        the body (the SDP answer when 201)."""
         await self.peer.setLocalDescription(await self.peer.createOffer())
-        status, answer = await asyncio.to_thread(post_offer, calls_url, self.peer.localDescription.sdp)
+        status, answer = await asyncio.to_thread(post_offer, calls_url, self.peer.localDescription.sdp, bearer)
         if status == 201:
             await self.peer.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         return status, answer
@@ -139,8 +140,9 @@ class Call:
             self._reader.cancel()
 
 
-def post_offer(url: str, sdp: str) -> tuple[int, str]:
-    request = urllib.request.Request(url, sdp.encode(), {"Content-Type": "application/sdp"}, method="POST")
+def post_offer(url: str, sdp: str, bearer: str | None = None) -> tuple[int, str]:
+    headers = {"Content-Type": "application/sdp"} | ({"Authorization": f"Bearer {bearer}"} if bearer else {})
+    request = urllib.request.Request(url, sdp.encode(), headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return reply.status, reply.read().decode()

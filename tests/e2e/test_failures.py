@@ -253,10 +253,10 @@ async def test_a_replica_dying_mid_answer_fails_the_response_visibly(slow_synthe
         assert words[:2] == ["Answer", "5:"] and len(words) == 2 + ANSWER_WORDS
         assert errors == []
         return
-    # Failed if the kill cut its stream (for TTS: no replica took over within the failover
-    # bound); timed out if the next call waited for a replica.
+    # Failed if the kill cut its stream; unavailable if a call (for TTS: the cut piece's
+    # retry, or the next piece) waited for a replica while the watch found none.
     code = done.response.status_details.error.code
-    assert code in (f"{stage.lower()}_failed", f"{stage.lower()}_timeout")
+    assert code in (f"{stage.lower()}_failed", f"{stage.lower()}_unavailable")
     assert done.response.id == first.response_id
     assert done.response.status == "failed"
     assert [(e.error.type, e.error.code) for e in errors] == [("server_error", code)]
@@ -286,6 +286,63 @@ async def test_a_question_to_a_model_with_no_running_replica_fails_at_once_and_s
         (error,) = [e for e in client.of_type("error") if e.error.code == "llm_unavailable"]
         assert "no running replica" in error.error.message and "/readyz" in error.error.message
         await next_answer_completes(client, slow_synthetic_url, 9)
+
+
+BETWEEN_TURNS_SESSIONS = 3
+UNAVAILABLE_WITHIN_S = 2.0
+
+
+async def test_a_model_killed_between_turns_fails_the_next_questions_at_once_on_every_session(
+    slow_synthetic_url: str,
+) -> None:
+    """The only LLM replica dies while no answer is being made: no call fails, the controller
+    learns of it only at its next health check, and Serve's router holds the next questions
+    for the replacement (before: ``llm_timeout`` after the stage timeout). Each session's next
+    question, asked together, fails ``llm_unavailable`` within 2 s; once ``/readyz`` is 200,
+    each session is answered again."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(open_client(slow_synthetic_url)) for _ in range(BETWEEN_TURNS_SESSIONS)
+        ]
+        firsts = await asyncio.gather(*(answered(client, 40 + i) for i, client in enumerate(clients)))
+        assert all(done.response.status == "completed" for done in firsts), [d.response.status for d in firsts]
+        await asyncio.to_thread(kill_replica_and_wait, "LLM")
+
+        waits = await asyncio.gather(*(refused_in_s(client, 50 + i) for i, client in enumerate(clients)))
+        print(f"question to llm_unavailable, per session: {[f'{w:.2f} s' for w in waits]}")
+        assert max(waits) < UNAVAILABLE_WITHIN_S, waits
+        for client in clients:
+            (error,) = [e for e in client.of_type("error") if e.error.code == "llm_unavailable"]
+            assert "no running replica" in error.error.message
+        await asyncio.gather(
+            *(next_answer_completes(client, slow_synthetic_url, 60 + i) for i, client in enumerate(clients))
+        )
+
+
+async def answered(client: Client, question: int) -> Any:
+    await ask(client, f"Question {question}.")
+    return await client.until(lambda e: e.type == "response.done", timeout_s=60)
+
+
+async def refused_in_s(client: Client, question: int) -> float:
+    """Ask ``question``; seconds until its ``response.done``, which must be a failure,
+    ``llm_unavailable``."""
+    asked_at = time.monotonic()
+    await ask(client, f"Question {question}.")
+    done = await client.until(lambda e: e.type == "response.done", timeout_s=60)
+    assert done.response.status == "failed", done.response.status
+    assert done.response.status_details.error.code == "llm_unavailable", done.response.status_details
+    return client.received_at[-1] - asked_at
+
+
+def kill_replica_and_wait(stage: str, timeout_s: float = 10) -> None:
+    """Kill the only replica of ``stage`` and return once Ray holds it dead (``ray.kill``
+    only asks): a call sent after this cannot reach it."""
+    kill_replica(stage)
+    deadline = time.monotonic() + timeout_s
+    while replicas(stage):
+        assert time.monotonic() < deadline, f"the {stage} replica did not die"
+        time.sleep(0.05)  # polling Ray's view of the actor: there is no event to wait on
 
 
 def wait_until_unavailable(url: str, stage: str, timeout_s: float = 30) -> None:

@@ -169,7 +169,8 @@ def test_optional_parts_and_the_hub_token() -> None:
     env = head["template"]["spec"]["containers"][0]["env"]
     assert env[0] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
     assert "HF_TOKEN" not in container_env(rayservice())["head"]
-    assert set(render()) == {"s2s-serve/templates/rayservice.yaml"}  # both off by default
+    defaults = {"s2s-serve/templates/rayservice.yaml", "s2s-serve/templates/session-secret.yaml"}
+    assert set(render()) == defaults  # both off by default
 
 
 def pod_labels(service: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -404,7 +405,7 @@ def test_the_redis_session_store_gets_its_url_on_every_pod_from_a_secret_or_the_
     assert "s2s-serve/templates/session-redis.yaml" not in from_secret, "no Redis of the chart's"
 
     ours = render(REDIS_STORE | {"sessionStore": {"redis": {"deploy": True}}})
-    url = {"name": "S2S_REDIS_URL", "value": "redis://voice-session-redis:6379/0"}
+    url = {"name": "S2S_REDIS_URL", "value": "redis://:$(S2S_REDIS_PASSWORD)@voice-session-redis:6379/0"}
     assert all(url in env for env in pod_env(ours["s2s-serve/templates/rayservice.yaml"]))
     redis = ours["s2s-serve/templates/session-redis.yaml"]
     redis_service = ours["s2s-serve/templates/session-redis-service.yaml"]

@@ -358,6 +358,7 @@ class Harness:
         stored: StoredSession | None = None,
         transport: Callable[[FakeSocket], Any] | None = None,
         recording: RecordingRequest | None = None,
+        drain_notice: bool = False,
         **config: Any,
     ) -> None:
         """``transport``: the session's transport over the socket (a WebSocket's if ``None``)."""
@@ -381,6 +382,7 @@ class Harness:
             metrics or SessionMetrics(IngressMetrics()),
             prompt_budget_tokens,
             stored=stored,
+            drain_notice=drain_notice,
             recording=recording,
         )
         self.task: asyncio.Task[None] | None = None

@@ -131,7 +131,9 @@ def make(directory: Path, name: str, age_days: float, now: float, size: int = 10
     os.utime(path, (now - age_days * 86400, now - age_days * 86400))
 
 
-def test_the_sweep_deletes_expired_recordings_then_the_oldest_until_the_rest_fit(tmp_path: Path) -> None:
+def test_the_sweep_deletes_expired_recordings_only(tmp_path: Path) -> None:
+    """Age alone deletes: a recording within its retention stays, whatever room it takes
+    (the byte budget refuses new recordings instead, test_recording_budget.py)."""
     now = 2_000_000_000.0
     stem = "20261201T000000000000Z-sess_{}"
     for name, age in [("a", 41), ("b", 2), ("c", 1)]:
@@ -140,22 +142,22 @@ def test_the_sweep_deletes_expired_recordings_then_the_oldest_until_the_rest_fit
     make(tmp_path, f".{stem.format('live')}.left.raw", 0, now)
     make(tmp_path, f".{stem.format('live')}.right.raw", 0, now)
     make(tmp_path, f".{stem.format('lost')}.left.raw", 40, now)  # a lost replica's leftover
+    make(tmp_path, f".{stem.format('lost')}.reserved", 40, now)
     make(tmp_path, "notes.txt", 400, now)  # not ours
 
-    deleted = sweep(tmp_path, max_total_bytes=4500, retention_days=30, now=now)
-
-    assert deleted == [stem.format("a"), stem.format("lost"), stem.format("b")]
+    assert sweep(tmp_path, retention_days=30, now=now) == [stem.format("a"), stem.format("lost")]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [f"{stem.format('c')}.wav", f"{stem.format('c')}.json", "notes.txt"]
-        + [f".{stem.format('live')}.left.raw", f".{stem.format('live')}.right.raw"]
-    ), "the live recording is never deleted for room, and nothing that is not a recording"
-    assert sweep(tmp_path, max_total_bytes=None, retention_days=None, now=now) == []
+        [f"{stem.format(name)}.{kind}" for name in "bc" for kind in ("wav", "json")]
+        + [f".{stem.format('live')}.left.raw", f".{stem.format('live')}.right.raw", "notes.txt"]
+    ), "nothing within its retention, and nothing that is not a recording"
+    assert sweep(tmp_path, retention_days=None, now=now) == []
 
 
-def test_a_directory_cap_that_cannot_hold_one_recording_is_refused() -> None:
+def test_a_directory_cap_that_cannot_hold_one_recording_while_its_wav_is_made_is_refused() -> None:
+    """While the WAV is made its raw channels are still there: a recording's peak is twice its size."""
     with pytest.raises(ValidationError, match="max_total_bytes"):
-        RecordingConfig(directory="/tmp/r", max_session_s=3600, max_total_bytes=100 << 20)
-    RecordingConfig(directory="/tmp/r", max_session_s=600, max_total_bytes=100 << 20)
+        RecordingConfig(directory="/tmp/r", max_session_s=600, max_total_bytes=100 << 20)
+    RecordingConfig(directory="/tmp/r", max_session_s=500, max_total_bytes=100 << 20)
 
 
 @pytest.mark.parametrize("directory", [False, True], ids=["off", "on-request-not-asked"])

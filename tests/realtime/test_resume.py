@@ -8,23 +8,30 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
-import pytest
 import redis
+from blocking_records import BlockingRedisRecords
 from fakes import FakeStages, Gate, Harness, InProcessActor, append_audio, speech
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.redis_server import RedisServer
+from deployments.keyed_digests import KeyedDigests
 from deployments.realtime.recorder import EMPTY_STATE
 from deployments.redis_records import RedisRecords
-from deployments.session_records import ActorRecords, RecordWrite, SessionRecords
-from deployments.session_store import ResumeToken, SessionStore, digest
+from deployments.session_records import ActorRecords, SessionRecords
+from deployments.session_store import ResumeToken, SessionStore
 
 WINDOW_S = 300.0
 KEY = b"the server's key"
+DIGESTS = KeyedDigests(b"the session secret")
+
+
+def digest(secret: str) -> bytes:
+    """A digest for the records' rules, which compare digests and never make them."""
+    return hashlib.sha256(secret.encode()).digest()
 
 
 class Clock:
@@ -37,44 +44,7 @@ class Clock:
 
 def store_on(records: SessionRecords, key: bytes | None = None) -> tuple[SessionStore, InProcessActor]:
     actor = InProcessActor(records)
-    return SessionStore(ActorRecords(actor), WINDOW_S, key), actor  # type: ignore[arg-type]
-
-
-class BlockingRedisRecords:
-    """The ``redis`` store's records called as the ``ray`` store's rules are (synchronously),
-    each call run to its end on a loop of its own; a fresh key prefix is a fresh store."""
-
-    def __init__(self, url: str, window_s: float) -> None:
-        self._loop = asyncio.new_event_loop()
-        self.prefix = f"test:{secrets.token_hex(6)}:"
-        self._records = RedisRecords.connect(url, self.prefix, window_s)
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._records, name)
-        return lambda *args: self._loop.run_until_complete(method(*args))
-
-    def save(self, *write: Any) -> bool:
-        return self.save_many([RecordWrite(*write)])[0]  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self._loop.run_until_complete(self._records.close())
-        self._loop.close()
-
-
-@pytest.fixture(params=["ray", "redis"])
-def new_records(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Makes empty stores of one kind: the ``ray`` store's rules, or a Redis server's."""
-    made: list[BlockingRedisRecords] = []
-
-    def make(window_s: float = WINDOW_S) -> Any:
-        if request.param == "ray":
-            return SessionRecords(window_s)
-        made.append(BlockingRedisRecords(request.getfixturevalue("redis_server").url, window_s))
-        return made[-1]
-
-    yield make
-    for records in made:
-        records.close()
+    return SessionStore(ActorRecords(actor), WINDOW_S, DIGESTS, key), actor  # type: ignore[arg-type]
 
 
 def text_item(text: str) -> dict[str, Any]:
@@ -179,7 +149,7 @@ async def test_a_resumed_session_keeps_its_id_settings_and_items_and_answers_fro
     stages = FakeStages()
     records = SessionRecords(WINDOW_S)
     store, actor = store_on(records)
-    a_stored, b_stored, c_stored = [await store.new_session() for _ in range(3)]
+    a_stored, b_stored, c_stored = [await store.new_session(with_key=False) for _ in range(3)]
     async with Harness(stages, name="b", stored=b_stored) as b, Harness(stages, name="c", stored=c_stored) as c:
         async with Harness(stages, name="a", stored=a_stored) as a:
             created = a.socket.of_type("session.created")[0]["session"]
@@ -194,9 +164,11 @@ async def test_a_resumed_session_keeps_its_id_settings_and_items_and_answers_fro
             await actor.until(lambda: len(stored_items(records, a_stored.session_id)) == len(finished) == 3)
         assert not b.task.done() and not c.task.done()  # type: ignore[union-attr]
 
-        resumed = await store.resumed_session(a_stored.resume_token)
+        resumed = await store.resumed_session(a_stored.resume_token, with_key=False)
         assert resumed is not None and resumed.session_id == a_stored.session_id
-        assert await store.resumed_session(a_stored.resume_token) is None, "a token opens one connection"
+        assert await store.resumed_session(a_stored.resume_token, with_key=False) is None, (
+            "a token opens one connection"
+        )
         async with Harness(stages, name="a-again", stored=resumed) as again:
             created = again.socket.of_type("session.created")[0]["session"]
             assert created["id"] == a_stored.session_id and created["resume_token"] == resumed.resume_token
@@ -224,7 +196,7 @@ async def test_the_answer_in_flight_when_the_socket_is_lost_is_not_kept_and_neve
     stages.tts_chunks = 3
     records = SessionRecords(WINDOW_S)
     store, actor = store_on(records)
-    stored = await store.new_session()
+    stored = await store.new_session(with_key=False)
     async with Harness(stages, name="lost", stored=stored) as lost:
         stages.session_tts_gates["lost"] = gate = Gate()
         gate.close(after=1)  # the answer's first chunk, then it stalls
@@ -234,7 +206,7 @@ async def test_the_answer_in_flight_when_the_socket_is_lost_is_not_kept_and_neve
         await lost.task  # type: ignore[misc]
         gate.open()
     await actor.until(lambda: [i["kind"] for i in stored_items(records, stored.session_id)] == ["user_audio"])
-    resumed = await store.resumed_session(stored.resume_token)
+    resumed = await store.resumed_session(stored.resume_token, with_key=False)
     assert resumed is not None
     async with Harness(stages, name="resumed", stored=resumed) as again:
         assert [item["role"] for item in replayed(again.socket.sent)] == ["user"]
@@ -245,15 +217,86 @@ async def test_the_answer_in_flight_when_the_socket_is_lost_is_not_kept_and_neve
         assert cut["response_id"] not in seen and cut["item_id"] not in seen
 
 
+async def test_a_session_that_fails_to_start_releases_its_record_and_a_resume_keeps_its_token() -> None:
+    """A resume whose socket fails before it was told its new token hands the record back
+    to the token its client holds; neither that record nor a failed new one is renewed."""
+    records = SessionRecords(WINDOW_S)
+    store, actor = store_on(records)
+    resumable, failed_new = await store.new_session(with_key=False), await store.new_session(with_key=False)
+    resumed = await store.resumed_session(resumable.resume_token, with_key=False)
+    assert resumed is not None
+    await store.unstarted(resumed.session_id, with_key=False)
+    await store.unstarted(failed_new.session_id, with_key=False)
+    calls = len(actor.calls)
+    await store._renew_open()  # what the renewal loop would do next: nothing is open
+    assert actor.calls[calls:] == [], "no record renewed for a session that never started"
+    again = await store.resumed_session(resumable.resume_token, with_key=False)
+    assert again is not None and again.session_id == resumable.session_id, "the client's token still resumes it"
+    store.started(again.session_id)
+    await store.unstarted(again.session_id, with_key=False)  # it had started: its token was spent
+    assert await store.resumed_session(resumable.resume_token, with_key=False) is None
+
+
+def finished_ids(socket: Any) -> list[str]:
+    return [e["item"]["id"] for e in socket.of_type("conversation.item.done")]
+
+
+def roles_done(socket: Any) -> set[str]:
+    return {e["item"]["role"] for e in socket.of_type("conversation.item.done")}
+
+
+async def test_a_draining_sessions_turn_ends_only_once_its_record_holds_the_turn() -> None:
+    """Three sessions on the same stages and store are told their replica drains, and the
+    store is slow: no client hears ``response.done`` (its cue to leave and resume at once
+    elsewhere) before its record holds the turn, the interrupted one's included. Each token
+    then resumes with every item its client was told was done (a redeploy lost 8 of 1,184
+    such items when the turn's end went out first)."""
+    stages = FakeStages()
+    stages.tts_chunks = 3
+    records = SessionRecords(WINDOW_S)
+    store, actor = store_on(records)
+    stored = [await store.new_session(with_key=False) for _ in range(3)]
+    async with (
+        Harness(stages, name="a", stored=stored[0], drain_notice=True) as a,
+        Harness(stages, name="b", stored=stored[1]) as b,
+        Harness(stages, name="cut", stored=stored[2]) as cut,
+    ):
+        stages.session_tts_gates["cut"] = tts = Gate()
+        tts.close(after=1)  # its answer's first chunk, then it stalls until the barge-in
+        for harness in (a, b, cut):
+            harness.session.draining(10.0)
+        await a.socket.wait_type("session.draining")  # told, as it asked
+        actor.gate.close()
+        for harness, question in ((a, 1), (b, 2), (cut, 3)):
+            append_audio(harness.socket, speech(question))
+        await cut.socket.wait_type("response.output_audio.delta")
+        append_audio(cut.socket, speech(4))  # the barge-in
+        for harness in (a, b):
+            await harness.socket.until(lambda h=harness: "assistant" in roles_done(h.socket))  # type: ignore[misc]
+        await cut.socket.wait_type("input_audio_buffer.speech_started", count=2)
+        tts.open()  # the answer to the barge-in
+        assert [h.socket.of_type("response.done") for h in (a, b, cut)] == [[], [], []], "held for the record"
+        actor.gate.open()
+        for harness in (a, b):
+            await harness.socket.wait_type("response.done")
+        await cut.socket.wait_type("response.done", count=2)
+        assert cut.socket.of_type("response.done")[0]["response"]["status"] == "cancelled"
+        told = {h.session.id: finished_ids(h.socket) for h in (a, b, cut)}
+    for one in stored:
+        resumed = await store.resumed_session(one.resume_token, with_key=False)
+        assert resumed is not None and resumed.resumed is not None
+        assert [item["id"] for item in resumed.resumed["items"]] == told[one.session_id], one.session_id
+
+
 async def test_a_connection_whose_session_was_resumed_elsewhere_is_closed_at_its_next_write() -> None:
     """A half-open socket's session is resumed on a new connection: the old one's next
     change is refused by the store, and it is closed saying why; the new one goes on."""
     stages = FakeStages()
     records = SessionRecords(WINDOW_S)
     store, actor = store_on(records)
-    stored = await store.new_session()
+    stored = await store.new_session(with_key=False)
     async with Harness(stages, name="old", stored=stored) as old:
-        resumed = await store.resumed_session(stored.resume_token)
+        resumed = await store.resumed_session(stored.resume_token, with_key=False)
         assert resumed is not None
         async with Harness(stages, name="new", stored=resumed) as new:
             old.socket.client_sends(type="session.update", session={"type": "realtime", "instructions": "Mine."})
@@ -275,7 +318,7 @@ async def test_a_replicas_sessions_write_to_the_store_together_each_its_own_reco
     stages = FakeStages()
     records = SessionRecords(WINDOW_S)
     store, actor = store_on(records)
-    stored = [await store.new_session() for _ in range(5)]
+    stored = [await store.new_session(with_key=False) for _ in range(5)]
     async with contextlib.AsyncExitStack() as stack:
         sessions = [
             await stack.enter_async_context(Harness(stages, name=f"s{i}", stored=s)) for i, s in enumerate(stored)
@@ -306,8 +349,8 @@ async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> N
     next renewal, and every token resumes its own session."""
     stages = FakeStages()
     actor = InProcessActor(SessionRecords(WINDOW_S))
-    store = SessionStore(ActorRecords(actor), 0.2, None)  # type: ignore[arg-type]  # renewals every 50 ms
-    stored = [await store.new_session() for _ in range(3)]
+    store = SessionStore(ActorRecords(actor), 0.2, DIGESTS, None)  # type: ignore[arg-type]  # renewals every 50 ms
+    stored = [await store.new_session(with_key=False) for _ in range(3)]
     async with (
         Harness(stages, name="busy", stored=stored[0]) as busy,
         Harness(stages, name="idle-1", stored=stored[1]),
@@ -323,7 +366,7 @@ async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> N
         await busy.socket.wait_type("response.done")
         assert not busy.socket.of_type("error") and not busy.task.done()  # type: ignore[union-attr]
     for session in stored:
-        resumed = await store.resumed_session(session.resume_token)
+        resumed = await store.resumed_session(session.resume_token, with_key=False)
         assert resumed is not None and resumed.session_id == session.session_id
 
 
@@ -383,8 +426,8 @@ async def test_sessions_on_redis_outlive_its_restart_and_resume_on_another_clust
     prefix = f"test:{secrets.token_hex(6)}:"
     client = redis.Redis(port=redis_server.port)
     first_cluster = Watched(RedisRecords.connect(redis_server.url, prefix, 2.0))
-    store = SessionStore(first_cluster, 2.0, None)  # renewals every 0.5 s
-    stored = [await store.new_session() for _ in range(3)]
+    store = SessionStore(first_cluster, 2.0, DIGESTS, None)  # renewals every 0.5 s
+    stored = [await store.new_session(with_key=False) for _ in range(3)]
     keys = [prefix + session.session_id for session in stored]
 
     def busy_record() -> dict[str, Any]:
@@ -408,8 +451,8 @@ async def test_sessions_on_redis_outlive_its_restart_and_resume_on_another_clust
 
     second_cluster = RedisRecords.connect(redis_server.url, prefix, WINDOW_S)
     try:
-        new_store = SessionStore(second_cluster, WINDOW_S, None)
-        resumed = [await new_store.resumed_session(session.resume_token) for session in stored]
+        new_store = SessionStore(second_cluster, WINDOW_S, DIGESTS, None)
+        resumed = [await new_store.resumed_session(session.resume_token, with_key=False) for session in stored]
         assert [r.session_id if r else None for r in resumed] == [s.session_id for s in stored]
         assert resumed[0] is not None and resumed[0].resumed is not None
         assert resumed[0].resumed["settings"]["instructions"] == "Still here."
@@ -417,7 +460,7 @@ async def test_sessions_on_redis_outlive_its_restart_and_resume_on_another_clust
         for idle in resumed[1:]:
             assert idle is not None and idle.resumed is not None and idle.resumed["items"] == [], "theirs alone"
             assert idle.resumed["settings"].get("instructions") != "Still here."
-        assert await store.resumed_session(stored[0].resume_token) is None, "used on the other cluster"
+        assert await store.resumed_session(stored[0].resume_token, with_key=False) is None, "used on the other cluster"
     finally:
         await second_cluster.close()
         await first_cluster.records.close()

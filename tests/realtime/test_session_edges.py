@@ -48,6 +48,11 @@ BAD_SETTINGS: list[tuple[dict[str, Any], str, str]] = [
     ({"tools": [{"type": "function", "name": "bad name!"}]}, "invalid_value", "name"),
     ({"tools": [WEATHER_TOOL, WEATHER_TOOL]}, "invalid_value", "tools"),
     ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "invalid_value", "tool_choice"),
+    ({"tracing": {"metadata": {f"k{i}": "v" for i in range(17)}}}, "invalid_value", "metadata"),
+    ({"tracing": {"metadata": {"k" * 65: "v"}}}, "invalid_value", "metadata"),
+    ({"tracing": {"metadata": {"plan": "x" * 513}}}, "invalid_value", "metadata"),
+    ({"tracing": {"metadata": {"plan": ["x" * 510]}}}, "invalid_value", "metadata"),  # 514 as JSON
+    ({"tracing": {"group_id": "g" * 513}}, "invalid_value", "group_id"),
 ]
 
 
@@ -81,6 +86,20 @@ async def test_settings_out_of_openai_bounds_are_refused_and_change_nothing(
         assert (error["code"], error["param"].rsplit(".", 1)[-1]) == (code, param)
         assert h.session.settings.describe() == before
         await answer_completes(h)
+
+
+async def test_tracing_at_its_bounds_is_accepted_and_shown() -> None:
+    """16 metadata entries, keys of 64 characters, values and names of 512: served."""
+    tracing = {
+        "workflow_name": "w" * 512,
+        "group_id": "g" * 512,
+        "metadata": {f"{i:02}" + "k" * 62: "v" * 512 for i in range(16)},
+    }
+    async with Harness() as h:
+        h.socket.client_sends(type="session.update", session={"type": "realtime", "tracing": tracing})
+        updated = await h.socket.wait_type("session.updated")
+        assert updated["session"]["tracing"] == tracing
+        assert h.socket.of_type("error") == []
 
 
 async def test_bad_truncates_and_items_are_refused() -> None:

@@ -8,9 +8,7 @@ from xml.etree import ElementTree
 
 import pytest
 from fakes import FakeSocket, FakeStages, Harness, in_format, send_audio, speech
-from starlette.requests import Request
 
-from deployments.access import Access
 from deployments.realtime.keypad import Keypad
 from deployments.realtime.twilio import StreamStart, TwilioTransport, twiml_connect
 from deployments.realtime.wire_audio import PCM16, PCMU
@@ -143,23 +141,7 @@ async def test_bad_messages_are_ignored_and_the_call_goes_on_and_stop_ends_it() 
 
 
 def test_the_twiml_connects_the_call_to_the_stream_with_its_parameters() -> None:
-    twiml = ElementTree.fromstring(twiml_connect("wss://example.com/v1/twilio/media-stream", {"api_key": 'k"<&'}))
+    twiml = ElementTree.fromstring(twiml_connect("wss://example.com/v1/twilio/media-stream", {"client_secret": 'k"<&'}))
     stream = twiml.find("Connect/Stream")
     assert stream is not None and stream.get("url") == "wss://example.com/v1/twilio/media-stream"
-    assert [(p.get("name"), p.get("value")) for p in stream.findall("Parameter")] == [("api_key", 'k"<&')]
-
-
-def test_the_webhook_takes_the_key_as_basic_auth_and_the_stream_as_a_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Twilio sends a webhook URL's ``user:password`` as HTTP basic auth; the password is the key."""
-    monkeypatch.setenv("S2S_TEST_KEY", "secret")
-    access = Access("S2S_TEST_KEY", None)
-
-    def webhook(authorization: str) -> Request:
-        headers = [(b"authorization", authorization.encode())]
-        return Request({"type": "http", "method": "POST", "path": "/v1/twilio/incoming-call", "headers": headers})
-
-    assert access.refusal(webhook("Basic " + base64.b64encode(b"any:secret").decode()), []) is None
-    assert access.refusal(webhook("Basic " + base64.b64encode(b"any:wrong").decode()), []) is not None
-    assert access.refusal(webhook("Basic not-base64!"), []) is not None
-    assert access.key_refusal(["secret"]) is None
-    assert access.key_refusal([""]) is not None
+    assert [(p.get("name"), p.get("value")) for p in stream.findall("Parameter")] == [("client_secret", 'k"<&')]

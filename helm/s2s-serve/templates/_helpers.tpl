@@ -11,9 +11,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Release.Name }}-serve-svc
 {{- end -}}
 
-{{/* The container both head and workers run: the app's image, the hub token and the TURN
-credential if any, and
-the data path's settings, which Ray reads from the environment of each of its processes. */}}
+{{/* The container both head and workers run: the app's image, the hub token, the TURN
+credential and Twilio's auth token if any, the session secret, the redis store's URL, and
+the data path's and tracing's settings, which every process reads from its environment. */}}
 {{- define "s2s-serve.container" -}}
 image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
 imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -32,6 +32,20 @@ env:
         name: {{ .Values.turnCredential.secretName }}
         key: {{ .Values.turnCredential.key }}
   {{- end }}
+  {{- with .Values.twilio.authTokenSecret }}
+  {{- if .name }}
+  - name: S2S_TWILIO_AUTH_TOKEN
+    valueFrom:
+      secretKeyRef:
+        name: {{ .name }}
+        key: {{ .key }}
+  {{- end }}
+  {{- end }}
+  - name: S2S_SESSION_SECRET
+    valueFrom:
+      secretKeyRef:
+        name: {{ include "s2s-serve.sessionSecretName" . }}
+        key: {{ .Values.sessionStore.secret.key }}
   {{- include "s2s-serve.redisUrlEnv" . | nindent 2 }}
   {{- include "s2s-serve.dataPathEnv" . | nindent 2 }}
   {{- include "s2s-serve.tracingEnv" . | nindent 2 }}
@@ -48,6 +62,13 @@ env:
   value: parentbased_traceidratio
 - name: OTEL_TRACES_SAMPLER_ARG
   value: {{ .samplingRatio | quote }}
+{{- if .headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .headersSecret.name }}
+      key: {{ .headersSecret.key }}
+{{- end }}
 {{- range $name, $value := .env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
@@ -56,7 +77,9 @@ env:
 {{- end }}
 {{- end -}}
 
-{{/* The redis session store's URL: from the user's Secret, or the chart's own Redis. */}}
+{{/* The redis session store's URL: from the user's Secret, or the chart's own Redis, with
+its password from S2S_REDIS_PASSWORD (defined first: Kubernetes expands $(VAR) in a value
+from the variables before it) and, with TLS, the CA the pods check the server with. */}}
 {{- define "s2s-serve.redisUrlEnv" -}}
 {{- $redis := .Values.sessionStore.redis -}}
 {{- if $redis.urlSecret.name }}
@@ -66,12 +89,63 @@ env:
       name: {{ $redis.urlSecret.name }}
       key: {{ $redis.urlSecret.key }}
 {{- else if $redis.deploy }}
+- name: S2S_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "s2s-serve.redisAuthSecretName" . }}
+      key: {{ $redis.auth.key }}
 - name: S2S_REDIS_URL
-  value: redis://{{ include "s2s-serve.redisService" . }}:6379/0
+  {{- if $redis.tls.secretName }}
+  value: rediss://:$(S2S_REDIS_PASSWORD)@{{ include "s2s-serve.redisService" . }}:6379/0?ssl_ca_certs={{ include "s2s-serve.redisCaDir" . }}/ca.crt
+  {{- else }}
+  value: redis://:$(S2S_REDIS_PASSWORD)@{{ include "s2s-serve.redisService" . }}:6379/0
+  {{- end }}
 {{- end }}
 {{- end -}}
 {{- define "s2s-serve.redisService" -}}
 {{ .Release.Name }}-session-redis
+{{- end -}}
+
+{{/* Where the Ray pods mount the chart's Redis's CA (redis TLS), and the volume and mount
+themselves, as list items (none without TLS). */}}
+{{- define "s2s-serve.redisCaDir" -}}
+/etc/s2s-serve/session-redis-tls
+{{- end -}}
+{{- define "s2s-serve.redisCaVolume" -}}
+{{- $redis := .Values.sessionStore.redis -}}
+{{- if and $redis.deploy $redis.tls.secretName (not $redis.urlSecret.name) }}
+- name: session-redis-ca
+  secret:
+    secretName: {{ $redis.tls.secretName }}
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- end -}}
+{{- define "s2s-serve.redisCaMount" -}}
+{{- $redis := .Values.sessionStore.redis -}}
+{{- if and $redis.deploy $redis.tls.secretName (not $redis.urlSecret.name) }}
+- {name: session-redis-ca, mountPath: {{ include "s2s-serve.redisCaDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{/* The Secrets the pods read: the operator's, or the chart's (secrets.yaml). */}}
+{{- define "s2s-serve.sessionSecretName" -}}
+{{- .Values.sessionStore.secret.name | default (printf "%s-session-secret" .Release.Name) -}}
+{{- end -}}
+{{- define "s2s-serve.redisAuthSecretName" -}}
+{{- .Values.sessionStore.redis.auth.existingSecret | default (printf "%s-session-redis-auth" .Release.Name) -}}
+{{- end -}}
+
+{{/* A chart-made Secret's value, base64: the one the cluster's Secret of that name already
+holds (`lookup`), so an upgrade keeps it, else a new random one (letters and digits: safe in
+a URL). A template-only render (`helm template`, --dry-run) sees no cluster: a new value. */}}
+{{- define "s2s-serve.secretValue" -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .name -}}
+{{- $data := ($existing | default dict).data | default dict -}}
+{{- if hasKey $data .key -}}
+{{- index $data .key -}}
+{{- else -}}
+{{- randAlphaNum .length | b64enc -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Fails the render when the redis session store has no Redis, or two, or reads its URL
@@ -89,6 +163,41 @@ from a variable the chart does not set: the ingress replicas would fail to start
 {{- end }}
 {{- if ne ($store.redis_url_env | default "S2S_REDIS_URL") "S2S_REDIS_URL" }}
 {{- fail "serve.app.args.ingress.session_store.redis_url_env: the chart gives the URL as S2S_REDIS_URL" }}
+{{- end }}
+{{- end }}
+{{- if ne ($store.secret_env | default "S2S_SESSION_SECRET") "S2S_SESSION_SECRET" }}
+{{- fail "serve.app.args.ingress.session_store.secret_env: the chart gives the session secret as S2S_SESSION_SECRET" }}
+{{- end }}
+{{- /* The operator's Redis password goes into the URL as is: refuse one that would not
+parse (seen only where the render can read the cluster). */}}
+{{- if and $redis.deploy $redis.auth.existingSecret }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace $redis.auth.existingSecret }}
+{{- $data := ($secret | default dict).data | default dict }}
+{{- if and (hasKey $data $redis.auth.key) (not (regexMatch "^[A-Za-z0-9._~-]+$" (index $data $redis.auth.key | b64dec))) }}
+{{- fail (printf "sessionStore.redis.auth.existingSecret %s: the password (key %s) may hold only letters, digits and ._~- (it goes into the URL as is)" $redis.auth.existingSecret $redis.auth.key) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Fails the render when Twilio's auth token is asked for from a variable no Secret
+provides, or given twice; or OTLP headers are given both in plain values and a Secret. */}}
+{{- define "s2s-serve.checkSecretEnv" -}}
+{{- $ingress := .Values.serve.app.args.ingress | default dict }}
+{{- $twilio := $ingress.twilio | default dict }}
+{{- $tokenEnv := $twilio.auth_token_env | default "" }}
+{{- if .Values.twilio.authTokenSecret.name }}
+{{- if and $tokenEnv (ne $tokenEnv "S2S_TWILIO_AUTH_TOKEN") }}
+{{- fail "serve.app.args.ingress.twilio.auth_token_env: the chart gives Twilio's auth token as S2S_TWILIO_AUTH_TOKEN (leave it unset)" }}
+{{- end }}
+{{- else if eq $tokenEnv "S2S_TWILIO_AUTH_TOKEN" }}
+{{- fail "serve.app.args.ingress.twilio.auth_token_env reads S2S_TWILIO_AUTH_TOKEN: set twilio.authTokenSecret.name to the Secret that holds it" }}
+{{- end }}
+{{- with .Values.tracing }}
+{{- if and .headersSecret.name (hasKey (.env | default dict) "OTEL_EXPORTER_OTLP_HEADERS") }}
+{{- fail "tracing: give the OTLP headers either from tracing.headersSecret or in tracing.env.OTEL_EXPORTER_OTLP_HEADERS, not both" }}
+{{- end }}
+{{- if and .headersSecret.name (not .otlpEndpoint) }}
+{{- fail "tracing.headersSecret: set tracing.otlpEndpoint too (without it nothing is exported)" }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -192,20 +301,68 @@ its old process, after a reload, holds its tunnels for hardStopAfterS at most. *
 {{- end }}
 {{- end -}}
 
-{{/* The app's args as served: serve.app.args, and with recording enabled its
-ingress.recording from the recording values (the directory: the volume's mountPath). */}}
+{{/* The app's args as served: serve.app.args, with recording enabled its ingress.recording
+from the recording values (the directory: the volume's mountPath; the byte budget: the
+recordingBytes below), and with Twilio's token its ingress.twilio.auth_token_env. */}}
 {{- define "s2s-serve.appArgs" -}}
 {{- $args := deepCopy .Values.serve.app.args -}}
+{{- $ingress := $args.ingress | default dict }}
 {{- $recording := .Values.recording -}}
 {{- if $recording.enabled }}
-{{- $ingress := $args.ingress | default dict }}
 {{- $config := dict "directory" $recording.mountPath "mode" $recording.mode "max_session_s" $recording.maxSessionS }}
-{{- $_ := set $config "max_total_bytes" (ternary nil (int64 $recording.maxTotalBytes) (kindIs "invalid" $recording.maxTotalBytes)) }}
+{{- $bytes := include "s2s-serve.recordingBytes" . }}
+{{- $_ := set $config "max_total_bytes" (ternary nil (int64 $bytes) (eq $bytes "")) }}
 {{- $_ := set $config "retention_days" $recording.retentionDays }}
 {{- $_ := set $ingress "recording" $config }}
+{{- end }}
+{{- if .Values.twilio.authTokenSecret.name }}
+{{- $twilio := $ingress.twilio | default dict }}
+{{- $_ := set $twilio "auth_token_env" "S2S_TWILIO_AUTH_TOKEN" }}
+{{- $_ := set $ingress "twilio" $twilio }}
+{{- end }}
+{{- if $ingress }}
 {{- $_ := set $args "ingress" $ingress }}
 {{- end }}
 {{- toYaml $args }}
+{{- end -}}
+
+{{/* A Kubernetes quantity in bytes (the schema admits digits with an optional fraction and
+a binary or decimal suffix up to T). */}}
+{{- define "s2s-serve.bytes" -}}
+{{- $quantity := toString . -}}
+{{- $number := regexFind "^[0-9]+([.][0-9]+)?" $quantity -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- mulf $number (get $units (trimPrefix $number $quantity)) | floor | int64 -}}
+{{- end -}}
+
+{{/* The recordings' byte budget the app gets (ingress.recording.max_total_bytes; "" for
+none): on the emptyDir at most 90 % of its sizeLimit, which it is when not given, as the
+kubelet evicts a pod whose emptyDir passes its sizeLimit; with a claim, as given. Fails the
+render for a budget over that, or one the app would refuse: less than one recording of
+maxSessionS at its peak (deployments/realtime/recording_config.py, peak_bytes: both raw
+channels, 24 kHz 16-bit, and the WAV made of them, its header and 64 KiB for its report). */}}
+{{- define "s2s-serve.recordingBytes" -}}
+{{- $recording := .Values.recording -}}
+{{- $given := not (kindIs "invalid" $recording.maxTotalBytes) -}}
+{{- $bytes := "" -}}
+{{- if $recording.existingClaim -}}
+{{- if $given }}{{ $bytes = int64 $recording.maxTotalBytes }}{{ end -}}
+{{- else -}}
+{{- $limit := include "s2s-serve.bytes" $recording.sizeLimit | int64 -}}
+{{- $most := mulf $limit 0.9 | floor | int64 -}}
+{{- $bytes = $most -}}
+{{- if $given -}}
+{{- $bytes = int64 $recording.maxTotalBytes -}}
+{{- if gt $bytes $most -}}
+{{- fail (printf "recording.maxTotalBytes (%d) must leave 10 %% of the emptyDir's sizeLimit (%s) free: at most %d, or null for that" $bytes $recording.sizeLimit $most) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $one := add 65580 (mul (mulf $recording.maxSessionS 24000 | floor | int64) 8) -}}
+{{- if and (ne (toString $bytes) "") (lt (int64 $bytes) (int64 $one)) -}}
+{{- fail (printf "recording: the byte budget (%d: maxTotalBytes, or 90 %% of sizeLimit) must hold one recording of maxSessionS while its WAV is made (%d bytes)" (int64 $bytes) (int64 $one)) -}}
+{{- end -}}
+{{- $bytes -}}
 {{- end -}}
 
 {{/* Fails the render when the app's recording is set by hand: without the chart's volume
