@@ -2,11 +2,13 @@
 it can say who it is (its secret comes in its ``start`` message), so until then it counts
 against a small cap of its own.
 
-Over the cap, the oldest waiting stream is closed to make room. A real call's ``start``
-follows its socket within a second, so a flood of silent sockets cannot keep a real call
-out, nor hold the replica's requests (an open WebSocket holds one of the ingress's
-``max_ongoing_requests``) for longer than it takes the next ones to arrive; none waits past
-``START_TIMEOUT_S``. The closings are logged as one line per interval, never one per socket.
+Over the cap, the oldest waiting stream is closed to make room, and while streams are
+being closed so (``CROWDED_S`` after the last), none may wait more than
+``CROWDED_WAIT_S``. A real call's ``start`` follows its socket within milliseconds, so a
+flood of silent sockets keeps no real call out, and holds the replica's requests (an open
+WebSocket holds one of the ingress's ``max_ongoing_requests``) only briefly; without a
+flood a stream waits up to the transport's own ``START_TIMEOUT_S``. The closings are
+logged as one line per interval, never one per socket.
 """
 
 import asyncio
@@ -18,12 +20,15 @@ from typing import TypeVar
 logger = logging.getLogger(__name__)
 
 LOG_INTERVAL_S = 10.0
+CROWDED_S = 2.0
+CROWDED_WAIT_S = 1.0
 
 T = TypeVar("T")
 
 
 class MadeRoom(Exception):
-    """This stream waited longest when a newer one needed its place."""
+    """This stream had to go: it waited longest when a newer one needed its place, or too
+    long while streams were crowding in."""
 
 
 class PendingStreams:
@@ -32,6 +37,7 @@ class PendingStreams:
         self._waiting: dict[object, asyncio.Event] = {}
         """Streams waiting, oldest first, each with what tells it to make room."""
         self._clock = clock
+        self._crowded_until = -CROWDED_S
         self._made_room = 0
         self._logged_at = -LOG_INTERVAL_S
 
@@ -44,16 +50,20 @@ class PendingStreams:
         self._waiting[me] = evicted
         if len(self._waiting) > self._cap:
             self._waiting.pop(next(iter(self._waiting))).set()
+            self._crowded_until = self._clock() + CROWDED_S
         reading = asyncio.ensure_future(opening)
         evicting = asyncio.ensure_future(evicted.wait())
         try:
-            await asyncio.wait((reading, evicting), return_when=asyncio.FIRST_COMPLETED)
+            while not (reading.done() or evicting.done()):
+                await asyncio.wait((reading, evicting), timeout=CROWDED_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+                if not reading.done() and self._clock() < self._crowded_until:
+                    break
         finally:
             self._waiting.pop(me, None)
             evicting.cancel()
             if not reading.done():
                 reading.cancel()
-        if not reading.done() or reading.cancelled():
+        if reading.cancelled():
             self._count_made_room()
             raise MadeRoom
         return reading.result()

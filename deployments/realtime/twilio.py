@@ -46,9 +46,9 @@ from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 logger = logging.getLogger(__name__)
 
 MEDIA_STREAM_PATH = "/v1/twilio/media-stream"
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 5.0
 """Twilio sends ``connected`` and ``start`` as the stream opens; a client that does not is
-no Twilio stream."""
+no Twilio stream, and holds one of the ingress's requests until then."""
 MAX_PENDING_MARKS = 256
 """Marks kept awaiting their echo (25.6 s of 100 ms frames, well past the longest lead a paced
 answer keeps): past it the oldest is forgotten, so a peer that never echoes cannot grow them;

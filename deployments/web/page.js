@@ -66,7 +66,7 @@ async function connect() {
   const silent = context.createGain();
   silent.gain.value = 0; // the worklet runs only when it leads to the output
   context.createMediaStreamSource(microphone).connect(capture).connect(silent).connect(context.destination);
-  const key = $("key").value.trim();
+  const key = await clientSecret($("key").value.trim());
   window.s2s.transport = $("transport").value;
   if (window.s2s.transport === "webrtc") {
     capture.port.onmessage = ({ data }) => ($("level").value = data.peak); // audio goes on the track
@@ -125,13 +125,31 @@ function moveIfDraining() {
   }
 }
 
+// The page holds a short-lived client secret, never the API key: a secret typed in (ek_…, made
+// by your backend: POST /v1/realtime/client_secrets) is used as it is; a key typed in (a local
+// try) is traded at once for a secret, and forgotten. A dropped session resumes with its token.
+async function clientSecret(typed) {
+  if (!typed || typed.startsWith("ek_")) return typed;
+  const made = await fetch(`${api()}/client_secrets`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${typed}`, "Content-Type": "application/json" },
+    body: "{}",
+  });
+  const body = await made.json().catch(() => ({}));
+  if (!made.ok) throw new Error(body.error?.message || `the key was refused (${made.status})`);
+  return body.value;
+}
+
+function api() {
+  return $("url").value.replace(/^ws/, "http").replace(/\/v1\/realtime.*$/, "/v1/realtime");
+}
+
 // WebRTC: the microphone as an Opus track, events on the "oai-events" data channel, the
 // answer on the server's track. The page only listens: the server stops it on a barge-in.
 async function call(key) {
-  const api = $("url").value.replace(/^ws/, "http").replace(/\/v1\/realtime.*$/, "/v1/realtime");
   const auth = key ? { Authorization: `Bearer ${key}` } : {};
   // The STUN/TURN servers the server was given (none on a local machine: host candidates do).
-  const ice = await fetch(`${api}/ice-servers`, { headers: auth });
+  const ice = await fetch(`${api()}/ice-servers`, { headers: auth });
   peer = new RTCPeerConnection({ iceServers: ice.ok ? await ice.json() : [] });
   microphone.getTracks().forEach((track) => peer.addTrack(track, microphone));
   const channel = peer.createDataChannel("oai-events");
@@ -148,7 +166,7 @@ async function call(key) {
     peer.onicegatheringstatechange = () => peer.iceGatheringState === "complete" && done();
   });
   const headers = { "Content-Type": "application/sdp", ...auth };
-  const reply = await fetch(`${api}/calls`, { method: "POST", body: peer.localDescription.sdp, headers });
+  const reply = await fetch(`${api()}/calls`, { method: "POST", body: peer.localDescription.sdp, headers });
   if (!reply.ok) {
     const refusal = await reply.json().catch(() => ({}));
     throw new Error(refusal.error ? refusal.error.message : `HTTP ${reply.status}`);

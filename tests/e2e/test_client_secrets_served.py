@@ -9,12 +9,14 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from ray import serve
+from voice_page import hang_up, open_page
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
@@ -138,3 +140,33 @@ def test_the_ice_servers_take_a_client_secret(base: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(servers, timeout=30)
     assert refused.value.code == 403
+
+
+RECORD_CREDENTIALS = """
+window.__presented = [];
+const PageWebSocket = window.WebSocket;
+window.WebSocket = function (url, protocols) {
+  window.__presented.push(...(protocols || []));
+  return new PageWebSocket(url, protocols);
+};
+Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3, prototype: PageWebSocket.prototype });
+const pageFetch = window.fetch;
+window.fetch = (url, options = {}) => {
+  const auth = (options.headers || {}).Authorization;
+  if (auth && !String(url).endsWith("/client_secrets")) window.__presented.push(auth);
+  return pageFetch(url, options);
+};
+"""
+"""What the page presents to the server, but for the one trade of a typed key for a secret."""
+
+
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_the_voice_page_trades_a_typed_key_for_a_client_secret_and_talks_with_that_alone(
+    browser_with: Callable[[Path | None], Any], base: str, transport: str
+) -> None:
+    key = os.environ["S2S_E2E_API_KEY"]
+    page = await open_page(await browser_with(None), f"ws://{base}/v1", transport, key=key, watch=RECORD_CREDENTIALS)
+    presented: list[str] = await page.evaluate("window.__presented")
+    assert presented and not [p for p in presented if key in p], presented
+    assert all("ek_" in p for p in presented if p != "realtime"), presented
+    await hang_up(page)

@@ -1,11 +1,15 @@
 """The Twilio routes on a real local Ray cluster with an API key, synthetic engines (tones):
-the webhook's TwiML, a stream with the key answered beside one without it refused, and a
-stream that does not open as Twilio's do refused; the server and the good call go on."""
+the webhook's TwiML (a one-use secret for its call, never the key), a stream with it
+answered beside ones without it, with it spent or with another call's refused, a stream
+that does not open as Twilio's do refused, and a flood of silent sockets that keeps no
+real call out; the server and the good call go on."""
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +26,7 @@ from deployments.realtime.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import question_tone
 from loadtest import cli
-from loadtest.client.twilio_caller import TwilioCaller
+from loadtest.client.twilio_caller import TwilioCaller, stream_parameters
 
 pytestmark = pytest.mark.serve
 """Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
@@ -36,7 +40,12 @@ def phone(serve_port: int) -> Iterator[str]:
     stage = {"deployment": {**TINY, "max_ongoing_requests": 32}}
     config = {
         "synthetic": {"answer_words": 8, "tokens_per_s": 40, "speech_s_per_word": 0.1},
-        "ingress": {**stage, "scope": {"num_hosts": 1}, "max_sessions": 4, "api_key_env": "S2S_E2E_API_KEY"},
+        "ingress": {
+            "deployment": {**TINY, "max_ongoing_requests": 64},  # the ingress's own default
+            "scope": {"num_hosts": 1},
+            "max_sessions": 4,
+            "api_key_env": "S2S_E2E_API_KEY",
+        },
         **dict.fromkeys(("vad", "stt", "llm", "tts"), stage),
     }
     serve.run(build_app(config), name=APP, route_prefix="/phone")
@@ -60,23 +69,27 @@ def webhook(url: str, password: str | None) -> tuple[int, str]:
         return refused.code, refused.read().decode()
 
 
-async def test_the_webhook_answers_with_twiml_connecting_the_call_with_its_key(phone: str) -> None:
+async def test_the_webhook_answers_with_twiml_connecting_the_call_with_its_own_secret(phone: str) -> None:
     key = os.environ["S2S_E2E_API_KEY"]
     status, _ = await asyncio.to_thread(webhook, f"http://{phone}/incoming-call", None)
     assert status == 403
     status, body = await asyncio.to_thread(webhook, f"http://{phone}/incoming-call", key)
     assert status == 200, body
+    assert key not in body, "the key never goes to Twilio"
     stream = ElementTree.fromstring(body).find("Connect/Stream")
     assert stream is not None and stream.get("url") == f"wss://{phone}/media-stream"
-    assert {p.get("name"): p.get("value") for p in stream.findall("Parameter")} == {"api_key": key}
+    parameters = {p.get("name"): p.get("value") for p in stream.findall("Parameter")}
+    assert list(parameters) == ["client_secret"] and str(parameters["client_secret"]).startswith("ek_")
 
 
-async def test_a_call_with_the_key_is_answered_and_streams_without_it_are_refused(phone: str) -> None:
+async def test_a_call_with_its_secret_is_answered_and_streams_without_a_live_one_are_refused(phone: str) -> None:
     url = f"ws://{phone}/media-stream"
     key = os.environ["S2S_E2E_API_KEY"]
-    async with TwilioCaller.dial(url, {"api_key": key}, play_speed=20.0, name="good") as good:
+    good_secret = await stream_parameters(f"http://{phone}/incoming-call", "good", key)
+    other_call = await stream_parameters(f"http://{phone}/incoming-call", "other", key)
+    async with TwilioCaller.dial(url, good_secret, play_speed=20.0, name="good") as good:
         await good.say(tone_mulaw(7))
-        for refused_parameters in ({}, {"api_key": "wrong"}):
+        for refused_parameters in ({}, {"client_secret": "ek_guess"}, {"api_key": key}, good_secret, other_call):
             async with TwilioCaller.dial(url, refused_parameters, name="refused") as refused:
                 with pytest.raises(ConnectionError):
                     await refused.until(lambda: False, timeout_s=10)
@@ -101,3 +114,29 @@ async def test_the_load_tests_telephony_mode_holds_interrupting_calls(
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["failed_calls"] == [] and report["answers"] >= 2, report
     assert report["barge_ins_not_cleared"] == 0, report
+
+
+async def test_two_hundred_silent_sockets_keep_no_real_call_out_and_all_close_soon(phone: str) -> None:
+    """Sockets that never send ``start`` wait under a cap of their own (the oldest closed to
+    make room): a real call placed after 200 of them is answered, and every one of them is
+    closed within 12 s of opening."""
+    url = f"ws://{phone}/media-stream"
+    key = os.environ["S2S_E2E_API_KEY"]
+    closed_after_s: list[float] = []
+
+    async def silent() -> None:
+        opened = time.monotonic()
+        try:
+            async with connect(url, open_timeout=30) as ws:
+                with contextlib.suppress(ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 30)
+        finally:
+            closed_after_s.append(time.monotonic() - opened)
+
+    flood = [asyncio.ensure_future(silent()) for _ in range(200)]
+    parameters = await stream_parameters(f"http://{phone}/incoming-call", "real", key)
+    async with TwilioCaller.dial(url, parameters, play_speed=20.0, name="real") as real:
+        await real.say(tone_mulaw(4))
+        await real.until_answered(1, timeout_s=60)
+    await asyncio.gather(*flood, return_exceptions=True)
+    assert len(closed_after_s) == 200 and max(closed_after_s) <= 12.0, sorted(closed_after_s)[-5:]

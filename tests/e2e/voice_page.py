@@ -77,16 +77,28 @@ async def seen(page: Page) -> str:
     )
 
 
-async def open_page(browser: Browser, realtime_url: str, transport: str, scripted_microphone: bool = False) -> Page:
+async def open_page(
+    browser: Browser,
+    realtime_url: str,
+    transport: str,
+    scripted_microphone: bool = False,
+    key: str = "",
+    watch: str | None = None,
+) -> Page:
+    """``key``: what the user types in the page's key field (a client secret, or the API
+    key); ``watch``: a script run before the page's own."""
     page = await browser.new_page(viewport={"width": 390, "height": 800})  # a phone's screen
     if scripted_microphone:
         await page.add_init_script(path=SCRIPTED_MICROPHONE)
+    if watch is not None:
+        await page.add_init_script(script=watch)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     # What a user would see in the browser's console, a missing favicon's 404 included.
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     base = realtime_url.replace("ws://", "http://").removesuffix("/v1")
     await page.goto(f"{base}/?transport={transport}")
+    await page.fill("#key", key)
     await page.click("#connect")
     await page.wait_for_function("window.s2s.connected === true", timeout=30_000)
     assert errors == []
