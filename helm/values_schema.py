@@ -109,6 +109,7 @@ def values_schema() -> dict[str, Any]:
                     }
                 ),
                 "twilio": _object({"authTokenSecret": _secret_ref()}),
+                "apiKeySecret": _secret_ref(),
                 "recording": _object(
                     {
                         "enabled": {"type": "boolean"},

@@ -139,4 +139,5 @@ async def test_two_hundred_silent_sockets_keep_no_real_call_out_and_all_close_so
         await real.say(tone_mulaw(4))
         await real.until_answered(1, timeout_s=60)
     await asyncio.gather(*flood, return_exceptions=True)
+    print(json.dumps({"silent_sockets": len(closed_after_s), "last_closed_after_s": round(max(closed_after_s), 2)}))
     assert len(closed_after_s) == 200 and max(closed_after_s) <= 12.0, sorted(closed_after_s)[-5:]

@@ -1,7 +1,8 @@
 """The chart's Secrets and what reads them: the chart's Redis behind a password (from a Secret
 the operator names or one the chart makes), optional TLS and a NetworkPolicy that lets in only
-the release's Ray pods; the session secret on every pod; Twilio's auth token; OTLP headers.
-The Redis the chart runs is started here too, from the rendered script, on a real redis-server."""
+the release's Ray pods; the session secret on every pod; Twilio's auth token; the API key;
+OTLP headers. The Redis the chart runs is started here too, from the rendered script, on a
+real redis-server."""
 
 import base64
 import copy
@@ -281,6 +282,34 @@ def test_twilios_auth_token_reaches_every_pod_from_its_secret_and_the_app_reads_
         render(reading("S2S_TWILIO_AUTH_TOKEN"))
     with pytest.raises(helm.HelmError, match="leave it unset"):
         render(reading("MY_TOKEN") | values)
+
+
+def test_the_api_key_reaches_every_pod_from_its_secret_and_the_app_reads_it() -> None:
+    values = {"apiKeySecret": {"name": "api-key"}}
+    service = rayservice(values)
+    jsonschema.validate(service, CRD_SCHEMA)
+    for env in pod_env(service):
+        assert {"name": "S2S_API_KEY", "valueFrom": from_secret("api-key", "apiKey")} in env
+    args = values_of(values)
+    assert args["ingress"]["api_key_env"] == "S2S_API_KEY"
+    assert args["ingress"]["max_sessions"] == 200, "the rest of the ingress's args as they were"
+    assert AppConfig.model_validate(args).ingress.api_key_env == "S2S_API_KEY"
+    assert "S2S_API_KEY" not in str(rayservice()), "none by default"
+    assert "api_key_env" not in values_of(None)["ingress"]
+    theirs = {"apiKeySecret": {"name": "keys", "key": "client-key"}}
+    for env in pod_env(rayservice(theirs)):
+        assert {"name": "S2S_API_KEY", "valueFrom": from_secret("keys", "client-key")} in env
+
+    def reading(name: str) -> dict[str, Any]:
+        return {"serve": {"app": {"args": {"ingress": {"api_key_env": name}}}}}
+
+    assert values_of(reading("S2S_API_KEY") | values)["ingress"]["api_key_env"] == "S2S_API_KEY", "as the chart sets"
+    with pytest.raises(helm.HelmError, match="set apiKeySecret.name"):
+        render(reading("S2S_API_KEY"))
+    with pytest.raises(helm.HelmError, match="api_key_env: the chart gives the API key as S2S_API_KEY"):
+        render(reading("MY_KEY") | values)
+    with pytest.raises(helm.HelmError, match="at '/apiKeySecret/key'"):
+        render({"apiKeySecret": {"name": "api-key", "key": ""}})
 
 
 def test_otlp_headers_come_from_a_secret_on_every_pod_and_not_twice() -> None:

@@ -12,8 +12,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/* The container both head and workers run: the app's image, the hub token, the TURN
-credential and Twilio's auth token if any, the session secret, the redis store's URL, and
-the data path's and tracing's settings, which every process reads from its environment. */}}
+credential, Twilio's auth token and the API key if any, the session secret, the redis store's
+URL, and the data path's and tracing's settings, which every process reads from its
+environment. */}}
 {{- define "s2s-serve.container" -}}
 image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
 imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -35,6 +36,15 @@ env:
   {{- with .Values.twilio.authTokenSecret }}
   {{- if .name }}
   - name: S2S_TWILIO_AUTH_TOKEN
+    valueFrom:
+      secretKeyRef:
+        name: {{ .name }}
+        key: {{ .key }}
+  {{- end }}
+  {{- end }}
+  {{- with .Values.apiKeySecret }}
+  {{- if .name }}
+  - name: S2S_API_KEY
     valueFrom:
       secretKeyRef:
         name: {{ .name }}
@@ -179,8 +189,9 @@ parse (seen only where the render can read the cluster). */}}
 {{- end }}
 {{- end -}}
 
-{{/* Fails the render when Twilio's auth token is asked for from a variable no Secret
-provides, or given twice; or OTLP headers are given both in plain values and a Secret. */}}
+{{/* Fails the render when Twilio's auth token or the API key is asked for from a variable
+no Secret provides, or given twice; or OTLP headers are given both in plain values and a
+Secret. */}}
 {{- define "s2s-serve.checkSecretEnv" -}}
 {{- $ingress := .Values.serve.app.args.ingress | default dict }}
 {{- $twilio := $ingress.twilio | default dict }}
@@ -191,6 +202,14 @@ provides, or given twice; or OTLP headers are given both in plain values and a S
 {{- end }}
 {{- else if eq $tokenEnv "S2S_TWILIO_AUTH_TOKEN" }}
 {{- fail "serve.app.args.ingress.twilio.auth_token_env reads S2S_TWILIO_AUTH_TOKEN: set twilio.authTokenSecret.name to the Secret that holds it" }}
+{{- end }}
+{{- $keyEnv := $ingress.api_key_env | default "" }}
+{{- if .Values.apiKeySecret.name }}
+{{- if and $keyEnv (ne $keyEnv "S2S_API_KEY") }}
+{{- fail "serve.app.args.ingress.api_key_env: the chart gives the API key as S2S_API_KEY (leave it unset)" }}
+{{- end }}
+{{- else if eq $keyEnv "S2S_API_KEY" }}
+{{- fail "serve.app.args.ingress.api_key_env reads S2S_API_KEY: set apiKeySecret.name to the Secret that holds it" }}
 {{- end }}
 {{- with .Values.tracing }}
 {{- if and .headersSecret.name (hasKey (.env | default dict) "OTEL_EXPORTER_OTLP_HEADERS") }}
@@ -303,7 +322,8 @@ its old process, after a reload, holds its tunnels for hardStopAfterS at most. *
 
 {{/* The app's args as served: serve.app.args, with recording enabled its ingress.recording
 from the recording values (the directory: the volume's mountPath; the byte budget: the
-recordingBytes below), and with Twilio's token its ingress.twilio.auth_token_env. */}}
+recordingBytes below), with Twilio's token its ingress.twilio.auth_token_env, and with the
+API key's Secret its ingress.api_key_env. */}}
 {{- define "s2s-serve.appArgs" -}}
 {{- $args := deepCopy .Values.serve.app.args -}}
 {{- $ingress := $args.ingress | default dict }}
@@ -319,6 +339,9 @@ recordingBytes below), and with Twilio's token its ingress.twilio.auth_token_env
 {{- $twilio := $ingress.twilio | default dict }}
 {{- $_ := set $twilio "auth_token_env" "S2S_TWILIO_AUTH_TOKEN" }}
 {{- $_ := set $ingress "twilio" $twilio }}
+{{- end }}
+{{- if .Values.apiKeySecret.name }}
+{{- $_ := set $ingress "api_key_env" "S2S_API_KEY" }}
 {{- end }}
 {{- if $ingress }}
 {{- $_ := set $args "ingress" $ingress }}
