@@ -11,6 +11,7 @@ from typing import Any
 
 import jiwer
 from openai import AsyncOpenAI
+from websockets.asyncio.client import ClientConnection
 
 from handlers.audio import REALTIME_RATE
 
@@ -94,6 +95,15 @@ class Client:
             for e in self.events
             if e.type == event_type and (response_id is None or getattr(e, "response_id", None) == response_id)
         ]
+
+
+async def receive(ws: ClientConnection, event_type: str, timeout_s: float = 30) -> dict[str, Any]:
+    """The next event of ``event_type`` on a raw WebSocket (those before it are skipped)."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            event = json.loads(await ws.recv())
+            if event["type"] == event_type:
+                return event
 
 
 def normalise(text: str) -> str:

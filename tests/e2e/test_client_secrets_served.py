@@ -16,8 +16,9 @@ from typing import Any
 import openai
 import pytest
 from ray import serve
+from realtime_client import receive
 from voice_page import hang_up, open_page
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from deployments.app import build_app
@@ -43,14 +44,6 @@ def base(serve_port: int) -> Iterator[str]:
     serve.run(build_app(config), name=APP, route_prefix="/secrets")
     yield f"127.0.0.1:{serve_port}/secrets"
     serve.delete(APP)
-
-
-async def receive(ws: ClientConnection, event_type: str, timeout_s: float = 30) -> dict[str, Any]:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            event = json.loads(await ws.recv())
-            if event["type"] == event_type:
-                return event
 
 
 def ask(text: str) -> list[str]:

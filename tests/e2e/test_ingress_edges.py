@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ray import serve
+from realtime_client import receive
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -57,14 +58,6 @@ def guarded(serve_port: int) -> Iterator[str]:
     serve.run(build_app(config), name=GUARDED_APP, route_prefix="/guarded")
     yield f"ws://127.0.0.1:{serve_port}/guarded/v1/realtime"
     serve.delete(GUARDED_APP)
-
-
-async def receive(ws: ClientConnection, event_type: str, timeout_s: float = 30) -> dict[str, Any]:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            event = json.loads(await ws.recv())
-            if event["type"] == event_type:
-                return event
 
 
 async def answered(ws: ClientConnection, question: int = 3) -> str:
