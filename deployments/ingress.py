@@ -294,10 +294,10 @@ class RealtimeIngress:
                 opening.drain_notice,
                 RecordingRequest(self._recordings, opening.record),
             )
-            if opening.admission.opening:
+            resumed = stored is not None and stored.resumed is not None
+            if opening.admission.opening and not resumed:  # a resumed session has its own settings
                 session.open_with(opening.admission.opening)
             try:
-                resumed = stored is not None and stored.resumed is not None
                 with session_span(session.id, resumed, lambda: session.settings.tracing):
                     async with self._sessions.holding(session):
                         started = True

@@ -72,6 +72,9 @@ async def test_a_client_secret_opens_sessions_with_its_settings_until_it_expires
         for one in created:
             assert one["session"]["instructions"] == "Answer like a pirate."
             assert one["session"]["output_modalities"] == ["text"]
+        changed = {"type": "realtime", "instructions": "Answer like a poet."}
+        await calm.send(json.dumps({"type": "session.update", "session": changed}))
+        await receive(calm, "session.updated")
         for ws in (calm, cut, leaving):
             for event in ask("Question 4."):
                 await ws.send(event)
@@ -81,6 +84,11 @@ async def test_a_client_secret_opens_sessions_with_its_settings_until_it_expires
         for ws in (calm, leaving):
             assert (await receive(ws, "response.done"))["response"]["status"] == "completed"
         token = created[2]["session"]["resume_token"]
+
+    # A resume that presents the (still live) secret keeps the settings the session had.
+    resume = f"{url}?resume_token={created[0]['session']['resume_token']}"
+    async with connect(resume, subprotocols=browser(made.value)) as calm_again:  # type: ignore[arg-type]
+        assert (await receive(calm_again, "session.created"))["session"]["instructions"] == "Answer like a poet."
 
     calls = f"http://{base}/v1/realtime/calls"
     webrtc = Call()
