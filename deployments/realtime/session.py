@@ -242,6 +242,8 @@ class RealtimeSession:
         update = parse_client_event(json.dumps({"type": "session.update", "session": session}))
         if self.settings.update(cast(SessionUpdateEvent, update).session):
             self._audio.reconfigure(self.settings.turn_detection)
+        if self._recorder is not None:  # its resume must open with them too
+            self._recorder.rewrite()
 
     def _described(self) -> RealtimeSessionCreateRequest:
         """The session as ``session.created`` shows it: its settings, and (extra fields, which

@@ -56,37 +56,45 @@ def browser(secret: str) -> list[str]:
 
 
 async def test_a_client_secret_opens_sessions_with_its_settings_until_it_expires(base: str) -> None:
+    """A secret of the shortest life opens a session at once and is refused after it (the
+    session it opened still resumes, with its token alone); a longer one carries the rest,
+    so a slow machine cannot outlast it: three sessions at once, one cut, and a WebRTC call."""
     sdk = openai.AsyncOpenAI(api_key=os.environ["S2S_E2E_API_KEY"], base_url=f"http://{base}/v1", max_retries=0)
     session = {"type": "realtime", "instructions": "Answer like a pirate.", "output_modalities": ["text"]}
-    made = await sdk.realtime.client_secrets.create(
+    brief = await sdk.realtime.client_secrets.create(
         expires_after={"anchor": "created_at", "seconds": TTL_S},
         session=session,  # type: ignore[arg-type]
     )
     url = f"ws://{base}/v1/realtime"
+    async with connect(url, subprotocols=browser(brief.value)) as leaving:  # type: ignore[arg-type]
+        created = await receive(leaving, "session.created")
+        assert created["session"]["instructions"] == "Answer like a pirate."
+        token = created["session"]["resume_token"]
+
+    made = await sdk.realtime.client_secrets.create(session=session)  # type: ignore[arg-type]
     async with (
         connect(url, subprotocols=browser(made.value)) as calm,  # type: ignore[arg-type]
         connect(url, subprotocols=browser(made.value)) as cut,  # type: ignore[arg-type]
-        connect(url, subprotocols=browser(made.value)) as leaving,  # type: ignore[arg-type]
+        connect(url, subprotocols=browser(made.value)) as other,  # type: ignore[arg-type]
     ):
-        created = [await receive(ws, "session.created") for ws in (calm, cut, leaving)]
-        for one in created:
+        opened = [await receive(ws, "session.created") for ws in (calm, cut, other)]
+        for one in opened:
             assert one["session"]["instructions"] == "Answer like a pirate."
             assert one["session"]["output_modalities"] == ["text"]
         changed = {"type": "realtime", "instructions": "Answer like a poet."}
         await calm.send(json.dumps({"type": "session.update", "session": changed}))
         await receive(calm, "session.updated")
-        for ws in (calm, cut, leaving):
+        for ws in (calm, cut, other):
             for event in ask("Question 4."):
                 await ws.send(event)
         await receive(cut, "response.output_text.delta")
         await cut.send(json.dumps({"type": "response.cancel"}))
         assert (await receive(cut, "response.done"))["response"]["status"] == "cancelled"
-        for ws in (calm, leaving):
+        for ws in (calm, other):
             assert (await receive(ws, "response.done"))["response"]["status"] == "completed"
-        token = created[2]["session"]["resume_token"]
 
     # A resume that presents the (still live) secret keeps the settings the session had.
-    resume = f"{url}?resume_token={created[0]['session']['resume_token']}"
+    resume = f"{url}?resume_token={opened[0]['session']['resume_token']}"
     async with connect(resume, subprotocols=browser(made.value)) as calm_again:  # type: ignore[arg-type]
         assert (await receive(calm_again, "session.created"))["session"]["instructions"] == "Answer like a poet."
 
@@ -95,18 +103,18 @@ async def test_a_client_secret_opens_sessions_with_its_settings_until_it_expires
     try:
         status, answer = await webrtc.dial(calls, bearer=made.value)
         assert status == 201, answer
-        opened = await webrtc.until(lambda e: e["type"] == "session.created")
-        assert opened["session"]["output_modalities"] == ["text"]
+        call_opened = await webrtc.until(lambda e: e["type"] == "session.created")
+        assert call_opened["session"]["output_modalities"] == ["text"]
     finally:
         await webrtc.hang_up()
 
-    await asyncio.sleep(max(0.0, made.expires_at + 1 - time.time()))  # the secret's life is the event
+    await asyncio.sleep(max(0.0, brief.expires_at + 1 - time.time()))  # the secret's life is the event
     with pytest.raises(InvalidStatus) as refused:
-        async with connect(url, subprotocols=browser(made.value)):  # type: ignore[arg-type]
+        async with connect(url, subprotocols=browser(brief.value)):  # type: ignore[arg-type]
             pass
     assert refused.value.response.status_code == 403
     assert b"expired" in (refused.value.response.body or b"")
-    status, message = await asyncio.to_thread(post_offer, calls, "v=0\nnot an offer", made.value)
+    status, message = await asyncio.to_thread(post_offer, calls, "v=0\nnot an offer", brief.value)
     assert status == 403 and "expired" in message, "checked before the offer is read"
 
     async with connect(f"{url}?resume_token={token}") as resumed:  # its token alone: a call outlives its secret
