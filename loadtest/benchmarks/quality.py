@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import base64
 import json
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,11 +34,11 @@ from typing import Any
 
 import jiwer
 import yaml
-from num2words import num2words
 from openai import AsyncOpenAI
 
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 from loadtest import options
+from loadtest.benchmarks.answer_checks import EnglishCheck, is_right, normalise
 from loadtest.client.spoken_turns import Speaker
 from loadtest.scenarios.launch import LOCAL_CONFIG, app_config, served
 from loadtest.stats import percentile
@@ -126,19 +125,6 @@ def silences(arrivals: list[tuple[float, float]]) -> list[float]:
             gaps.append((arrived - playing_until) * 1000)
         playing_until = max(playing_until or arrived, arrived) + ms / 1000
     return gaps
-
-
-_WORDS = re.compile(r"[a-z0-9']+")
-
-
-def words_of(text: str) -> list[str]:
-    return _WORDS.findall(text.lower().replace("-", " "))
-
-
-def is_right(text: str, accept: tuple[str, ...]) -> bool:
-    """Whether any accepted word (or phrase) stands in ``text`` as whole words."""
-    said = " " + " ".join(words_of(text)) + " "
-    return any(f" {' '.join(words_of(word))} " in said for word in accept)
 
 
 class Session:
@@ -244,46 +230,6 @@ def read_back(answers: list[Answer]) -> None:
             answer.heard = stt.transcribe(samples)
 
 
-LANGUAGES = (
-    "ENGLISH",
-    "FRENCH",
-    "GERMAN",
-    "SPANISH",
-    "ITALIAN",
-    "PORTUGUESE",
-    "DUTCH",
-    "RUSSIAN",
-    "CHINESE",
-    "JAPANESE",
-)
-"""What an answer's language is told among: English and the languages a small model drifts
-into. Among all 75 lingua knows, short English sentences lose to Tsonga and Somali."""
-OTHER_LANGUAGE_MARGIN = 0.1
-"""An answer is in another language when that one is more likely than English by this much:
-"A spider has 8 legs." is German 0.30 / English 0.29, "Il capo di Italy, il capital di
-Roma..." Italian 0.38 / English 0.22."""
-
-
-_LETTERS = re.compile(r"[^\W\d_]+")
-
-
-class EnglishCheck:
-    """Whether a text is in English (lingua, among :data:`LANGUAGES`); ``None`` for fewer than
-    three words ("Rome.", "Six + 1 = 7."), which are no language of their own."""
-
-    def __init__(self) -> None:
-        from lingua import Language, LanguageDetectorBuilder
-
-        self._detector = LanguageDetectorBuilder.from_languages(*(getattr(Language, n) for n in LANGUAGES)).build()
-
-    def __call__(self, text: str) -> bool | None:
-        words = _LETTERS.findall(text)  # "10 minus 3 is 2." is not Dutch: numbers and signs say nothing
-        if len(words) < 3:
-            return None
-        likely = {c.language.name: c.value for c in self._detector.compute_language_confidence_values(" ".join(words))}
-        return max(likely.values()) - likely["ENGLISH"] < OTHER_LANGUAGE_MARGIN
-
-
 def judge(answers: list[Answer], questions: list[Question]) -> None:
     in_english = EnglishCheck()
     for answer, question in zip(answers, questions, strict=True):
@@ -293,17 +239,6 @@ def judge(answers: list[Answer], questions: list[Question]) -> None:
         elif question.accept:
             answer.right = is_right(text, question.accept) and not answer.called
         answer.english = in_english(text)
-
-
-_WER_TEXT = jiwer.Compose(
-    [jiwer.ExpandCommonEnglishContractions(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(), jiwer.Strip()]
-)
-
-
-def normalise(text: str) -> str:
-    """``text`` as word error rates compare it: "8" and "eight", "what's" and "what is" alike."""
-    spelled = re.sub(r"\d+", lambda digits: f" {num2words(int(digits[0]))} ", text.lower().replace("-", " "))
-    return str(_WER_TEXT(spelled.replace("-", " ").replace(",", "")))
 
 
 def question_wer(answers: list[Answer]) -> float | None:

@@ -41,7 +41,8 @@ from deployments.realtime.wire_audio import PCMU
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, float_to_pcm16, pcm16_to_float, resample
 from handlers.stt import SpeechToText, STTConfig
 from loadtest import options
-from loadtest.benchmarks.quality import QUESTIONS, normalise
+from loadtest.benchmarks.answer_checks import normalise
+from loadtest.benchmarks.quality import QUESTIONS
 from loadtest.client.spoken_turns import Speaker
 from loadtest.scenarios.launch import LOCAL_CONFIG
 from loadtest.stats import percentile

@@ -16,7 +16,7 @@ from deployments.app import build_app
 from deployments.config import IngressConfig
 from handlers.audio import REALTIME_RATE
 from handlers.instructions import VOICE_INSTRUCTIONS
-from loadtest.benchmarks.quality import EnglishCheck
+from loadtest.benchmarks.answer_checks import EnglishCheck
 
 pytestmark = pytest.mark.models
 """The real models: only ``make test`` runs these."""
