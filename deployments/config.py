@@ -12,6 +12,7 @@ from cancel import ScopePlacementConfig
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.recording_config import RecordingConfig
 from deployments.session_store import SessionStoreConfig
+from handlers.denoise import NoiseReductionConfig
 from handlers.instructions import VOICE_INSTRUCTIONS
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
@@ -252,6 +253,9 @@ class VADStage(BaseModel):
     """One detector run per this interval per ingress replica serves every session's new
     audio (``deployments.voice_activity``): longer batches more and answers later."""
     deployment: DeploymentOptions = DeploymentOptions(num_cpus=0.1, max_ongoing_requests=64)
+    noise_reduction: NoiseReductionConfig = NoiseReductionConfig()
+    """The denoiser for sessions that ask for ``noise_reduction`` (``handlers.denoise``): it
+    runs where the detector runs, in the same batch."""
 
 
 class TurnEndStage(BaseModel):

@@ -24,7 +24,7 @@ from deployments import telemetry
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal, secret_from_env
 from deployments.app_status import RunningReplicas, metrics_urls_of_nodes
 from deployments.client_secret_route import ClientSecretRoute
-from deployments.config import IngressConfig
+from deployments.config import IngressConfig, VADStage
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
@@ -51,7 +51,7 @@ from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
 from deployments.session_opening import SessionOpening
 from deployments.session_store import SessionStore
-from deployments.voice_activity import VADBatcher, detector_for, in_process, on_deployment
+from deployments.voice_activity import VADBatcher, in_process, listener_for, on_deployment
 from deployments.webrtc_calls import WebRTCCalls
 from handlers.synthetic import SyntheticConfig
 
@@ -78,8 +78,8 @@ class RealtimeIngress:
         tts: DeploymentHandle,
         config: IngressConfig,
         model_name: str,
+        vad_stage: VADStage,
         prompt_budget_tokens: int | None = None,
-        vad_batch_interval_s: float = 0.03,
         synthetic: SyntheticConfig | None = None,
         models_used: dict[str, str] | None = None,
     ) -> None:
@@ -90,8 +90,10 @@ class RealtimeIngress:
         vad = on_cluster_transport(vad) if vad is not None else None
         turn_end = on_cluster_transport(turn_end) if turn_end is not None else None
         stt, llm, tts = on_cluster_transport(stt), on_cluster_transport(llm), on_cluster_transport(tts)
-        run_vad = on_deployment(vad) if vad is not None else in_process(detector_for(synthetic))
-        self._vad = VADBatcher(run_vad, vad_batch_interval_s)
+        run_vad = (
+            on_deployment(vad) if vad is not None else in_process(listener_for(synthetic, vad_stage.noise_reduction))
+        )
+        self._vad = VADBatcher(run_vad, vad_stage.batch_interval_s)
         self._stages = ServeStages(self._vad, turn_end, stt, llm, tts)
         models: dict[StageName, DeploymentHandle] = {"stt": stt, "llm": llm, "tts": tts}
         models |= {"turn_end": turn_end} if turn_end is not None else {}

@@ -20,8 +20,9 @@ from deployments import telemetry
 from deployments.coalesce import coalesced
 from deployments.messages import LLMRequest, StoppedAsStale, TTSRequest
 from deployments.placement import replica_placement
-from deployments.voice_activity import VADCall, VADResult, detector_for, in_process
+from deployments.voice_activity import VADCall, VADResult, in_process, listener_for
 from handlers.audio import SPEECH_RATE
+from handlers.denoise import NoiseReductionConfig
 from handlers.llm import ChatMessage, LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
 from handlers.synthetic import ScriptedLanguageModel, SyntheticConfig, ToneSpeaker, ToneTranscriber
@@ -37,8 +38,8 @@ class VAD:
 
     placement = replica_placement
 
-    def __init__(self, synthetic: SyntheticConfig | None = None) -> None:
-        self._run = in_process(detector_for(synthetic))
+    def __init__(self, synthetic: SyntheticConfig | None, noise_reduction: NoiseReductionConfig) -> None:
+        self._run = in_process(listener_for(synthetic, noise_reduction))
 
     async def detect_batch(self, calls: list[VADCall]) -> list[VADResult]:
         return await self._run(calls)

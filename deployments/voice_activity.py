@@ -1,7 +1,9 @@
-"""Voice activity detection for every session of an ingress replica, one detector run per tick.
+"""Voice activity detection (and noise reduction) for every session of an ingress replica,
+one run per tick.
 
-Each session's :class:`~deployments.realtime.audio_input.AudioInput` asks for one detection
-at a time (~0.1 s of audio). Answering each ask on its own costs more than the model: a
+Each session's :class:`~deployments.realtime.audio_input.AudioInput` asks for one hearing
+at a time (~0.1 s of audio: denoised if the session asked for ``noise_reduction``, then the
+VAD; ``handlers.listening``). Answering each ask on its own costs more than the model: a
 Serve call per session per frame (router, actor submission, pickling) or a network call per
 session. So :class:`VADBatcher` collects every ask that arrives within ``interval_s`` and
 answers them all with one run: silero's network over a batch of sessions, in this process
@@ -22,13 +24,16 @@ import numpy as np
 from ray.serve.handle import DeploymentHandle
 
 from cancel import spawn_detached
+from handlers.denoise import Denoiser, NoiseReductionConfig
+from handlers.listening import Hearing, Listener
 from handlers.synthetic import EnergyVoiceDetector, SyntheticConfig
-from handlers.vad import VADEvent, VADState, VoiceActivityDetector
+from handlers.vad import VADEvent, VoiceActivityDetector
 
 logger = logging.getLogger(__name__)
 
-VADCall = tuple[VADState, np.ndarray]
-VADResult = tuple[VADState, list[VADEvent]]
+VADCall = tuple[Hearing, np.ndarray]
+VADResult = tuple[Hearing, np.ndarray | None, list[VADEvent]]
+"""The session's states advanced, its audio denoised (``None``: not asked for), the VAD's boundaries."""
 RunBatch = Callable[[list[VADCall]], Awaitable[list[VADResult]]]
 
 
@@ -38,13 +43,19 @@ def detector_for(synthetic: SyntheticConfig | None) -> VoiceActivityDetector:
     return EnergyVoiceDetector() if synthetic is not None and synthetic.vad == "energy" else VoiceActivityDetector()
 
 
-def in_process(detector: VoiceActivityDetector) -> RunBatch:
-    """Runs a batch on ``detector`` in a worker thread (the network releases the GIL; the
+def listener_for(synthetic: SyntheticConfig | None, noise_reduction: NoiseReductionConfig) -> Listener:
+    """The detector of :func:`detector_for` behind the real denoiser (in serving-layer mode
+    too: what noise reduction costs is part of what a load test measures)."""
+    return Listener(detector_for(synthetic), Denoiser(noise_reduction))
+
+
+def in_process(listener: Listener) -> RunBatch:
+    """Runs a batch on ``listener`` in a worker thread (the networks release the GIL; the
     event loop goes on carrying sockets meanwhile)."""
 
     async def run(calls: list[VADCall]) -> list[VADResult]:
-        events = await asyncio.to_thread(detector.detect_batch, calls)
-        return [(state, found) for (state, _), found in zip(calls, events, strict=True)]
+        heard = await asyncio.to_thread(listener.listen_batch, calls)
+        return [(hearing, audio, events) for (hearing, _), (audio, events) in zip(calls, heard, strict=True)]
 
     return run
 
@@ -68,10 +79,10 @@ class VADBatcher:
         self._asked = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
 
-    def detect(self, state: VADState, audio: np.ndarray) -> "asyncio.Future[VADResult]":
-        """``state`` advanced over ``audio``, and the boundaries found, after the next run."""
+    def listen(self, hearing: Hearing, audio: np.ndarray) -> "asyncio.Future[VADResult]":
+        """``hearing`` advanced over ``audio``, what it heard and the boundaries found, after the next run."""
         answer: asyncio.Future[VADResult] = asyncio.get_running_loop().create_future()
-        self._asks.append(((state, audio), answer))
+        self._asks.append(((hearing, audio), answer))
         self._asked.set()
         if self._loop is None or self._loop.done():
             self._loop = spawn_detached(self._batches())

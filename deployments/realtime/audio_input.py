@@ -1,12 +1,13 @@
-"""The session's input audio: resampling, the utterance buffer and the VAD calls.
+"""The session's input audio: resampling, the listening calls and the utterance buffer.
 
 Appended audio is resampled to 16 kHz and queued; the queue is bounded in seconds of audio
 and an append that would overflow it is refused (``input_audio_backlog_full``), never
 waited for: the receive loop stays free for control events and for noticing the client left.
-The VAD loop takes it into the utterance buffer and sends it to the VAD deployment in
-batches, one call in flight per session; each boundary the VAD reports comes out of
-:meth:`AudioInput.next_event` with the audio it closes. The loop never waits for anything
-else, so turn-taking (which awaits STT) can never stop listening (review D6).
+The listening loop sends it in batches, one call in flight per session, to be denoised (when
+the session asked for ``noise_reduction``) and heard by the VAD, and puts what was heard
+into the utterance buffer: STT hears the audio the VAD decided on. Each boundary the VAD
+reports comes out of :meth:`AudioInput.next_event` with the audio it closes. The loop never
+waits for anything else, so turn-taking (which awaits STT) can never stop listening (review D6).
 """
 
 import asyncio
@@ -19,7 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from deployments.realtime.protocol import ProtocolError
+from deployments.voice_activity import VADResult
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler
+from handlers.denoise import DenoiserState, NoiseReductionType
+from handlers.listening import Hearing
 from handlers.utterance import UtteranceBuffer
 from handlers.vad import (
     SpeechPaused,
@@ -38,7 +42,7 @@ VAD_MIN_BATCH = 3 * 512
 """Three silero windows (96 ms) per VAD call while audio keeps coming."""
 VAD_BATCH_WAIT_S = 0.1
 
-Detect = Callable[[VADState, np.ndarray], Awaitable[tuple[VADState, list[VADEvent]]]]
+Listen = Callable[[Hearing, np.ndarray], Awaitable[VADResult]]
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,15 @@ class AudioInput:
     def __init__(
         self,
         *,
-        detect: Detect,
+        listen: Listen,
         turn_detection: TurnDetection | None,
+        noise_reduction: NoiseReductionType | None,
         defaults: TurnDetection,
         max_input_audio_s: float,
         max_queued_audio_s: float,
         on_vad_failure: Callable[[], None],
     ) -> None:
-        self._detect = detect
+        self._listen = listen
         self._defaults = defaults
         self._max_input_audio_s = max_input_audio_s
         self._max_queued_samples = int(max_queued_audio_s * SPEECH_RATE)
@@ -81,12 +86,16 @@ class AudioInput:
         self._queue: asyncio.Queue[tuple[np.ndarray, float]] = asyncio.Queue()
         self._queued_samples = 0
         self._events: asyncio.Queue[tuple[int, TurnEvent]] = asyncio.Queue()
+        self._taken = 0
+        """Samples taken from the queue since the input last restarted (in the buffer or being heard)."""
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=256)
         """(end sample, arrival time) of recent chunks: how late the VAD answers."""
         self._epoch = 0
         """Bumped whenever the input restarts; what the VAD said of older audio is void."""
         self._notify_at: list[int] = []
         self.turn_detection = turn_detection
+        self._noise: DenoiserState | None = None
+        self.reduce_noise(noise_reduction)
         self._vad_state: VADState
         self._buffer: UtteranceBuffer
         self._restart()
@@ -100,7 +109,7 @@ class AudioInput:
     def arrived_sample(self) -> int:
         """Input audio that has arrived since the input last restarted, whether the VAD has
         listened to it yet or not (samples at 16 kHz: the VAD's clock)."""
-        return self._buffer.end_sample + self._queued_samples
+        return self._taken + self._queued_samples
 
     def speech_so_far(self, heard: int | None = None) -> np.ndarray:
         """The current utterance as far as it has been taken in, or up to the VAD's position
@@ -145,6 +154,12 @@ class AudioInput:
         self.turn_detection = turn_detection
         self._restart()
 
+    def reduce_noise(self, kind: NoiseReductionType | None) -> None:
+        """Denoise the audio from the next call on (a new stream of the denoiser: the
+        input goes on, unlike a change of turn detection)."""
+        if kind != (self._noise.kind if self._noise is not None else None):
+            self._noise = DenoiserState(kind) if kind is not None else None
+
     def notify_at(self, sample: int) -> None:
         """Send a :class:`SpeechHeard` once the VAD has listened up to ``sample`` (a
         restart of the input forgets the request)."""
@@ -158,25 +173,41 @@ class AudioInput:
                 return event
 
     async def run(self) -> None:
-        """The VAD loop."""
+        """The listening loop."""
         while True:
-            audio, epoch = await self._next_batch()
-            if self.turn_detection is None:
-                continue
+            audio, pieces, epoch = await self._next_batch()
             try:
-                state, events = await self._detect(self._vad_state, audio)
-            except Exception:  # a replica lost mid-call: report it, keep listening
-                logger.exception("VAD call failed")
-                self._on_vad_failure()
-                continue
-            if epoch != self._epoch:
-                continue  # cleared or reconfigured meanwhile: this answer is void
-            self._vad_state = state
-            for event in events:
-                self._events.put_nowait((epoch, self._attach(event)))
-            if self._notify_at and min(self._notify_at) <= state.samples_seen:
-                self._notify_at = [sample for sample in self._notify_at if sample > state.samples_seen]
-                self._events.put_nowait((epoch, TurnEvent(SpeechHeard(state.samples_seen), None)))
+                await self._hear(audio, epoch)
+            finally:  # the audio is in the buffer (or void): a commit may take it now
+                for _ in range(pieces):
+                    self._queue.task_done()
+
+    async def _hear(self, audio: np.ndarray, epoch: int) -> None:
+        asked = Hearing(self._vad_state if self.turn_detection is not None else None, self._noise)
+        if asked.vad is None and asked.noise is None:
+            self._buffer.append(audio)
+            return
+        try:
+            hearing, heard, events = await self._listen(asked, audio)
+        except Exception:  # a replica lost mid-call: report it, keep the audio as sent, listen on
+            logger.exception("VAD call failed")
+            self._on_vad_failure()
+            if epoch == self._epoch:
+                self._buffer.append(audio)
+            return
+        if epoch != self._epoch:
+            return  # cleared or reconfigured meanwhile: this answer is void
+        if self._noise is asked.noise:  # else noise reduction changed meanwhile: the new stream stands
+            self._noise = hearing.noise
+        self._buffer.append(audio if heard is None else heard)
+        if hearing.vad is None:
+            return
+        self._vad_state = state = hearing.vad
+        for event in events:
+            self._events.put_nowait((epoch, self._attach(event)))
+        if self._notify_at and min(self._notify_at) <= state.samples_seen:
+            self._notify_at = [sample for sample in self._notify_at if sample > state.samples_seen]
+            self._events.put_nowait((epoch, TurnEvent(SpeechHeard(state.samples_seen), None)))
 
     def _restart(self) -> None:
         settings = self.turn_detection or self._defaults
@@ -184,6 +215,7 @@ class AudioInput:
         self._buffer = UtteranceBuffer(settings.prefix_padding_ms, self._max_input_audio_s)
         if self.turn_detection is None:
             self._buffer.keep_all()
+        self._taken = 0
         self._arrivals.clear()
         self._notify_at.clear()
         self._epoch += 1
@@ -199,20 +231,22 @@ class AudioInput:
             return TurnEvent(event, self._buffer.take(event.end_sample), lag_s)
         return TurnEvent(event, None)
 
-    async def _next_batch(self) -> tuple[np.ndarray, int]:
-        """Audio for one VAD call, and the input epoch it belongs to.
+    async def _next_batch(self) -> tuple[np.ndarray, int, int]:
+        """Audio for one listening call, how many queued chunks it holds, and the input
+        epoch it belongs to.
 
         Clients send 20-100 ms frames; one Serve call per frame would cost more CPU than the
         model. So a call waits for ``VAD_MIN_BATCH`` samples (or ``VAD_BATCH_WAIT_S`` without
-        more audio) and takes at most ``VAD_BATCH_SAMPLES``. Each chunk enters the utterance
-        buffer as soon as it is taken, so a commit never waits for the VAD.
+        more audio) and takes at most ``VAD_BATCH_SAMPLES``. With nothing to listen for (no
+        VAD, no noise reduction) it takes what is queued at once: a commit waits for no batch.
         """
         pieces = [self._take(*await self._queue.get())]
         epoch = self._epoch
+        listening = self.turn_detection is not None or self._noise is not None
         deadline = asyncio.get_running_loop().time() + VAD_BATCH_WAIT_S
         while (total := sum(map(len, pieces))) < VAD_BATCH_SAMPLES:
             if self._queue.empty():
-                if total >= VAD_MIN_BATCH:
+                if total >= VAD_MIN_BATCH or not listening:
                     break
                 try:
                     async with asyncio.timeout_at(deadline):
@@ -221,13 +255,12 @@ class AudioInput:
                     break
             else:
                 pieces.append(self._take(*self._queue.get_nowait()))
-        return np.concatenate(pieces), epoch
+        return np.concatenate(pieces), len(pieces), epoch
 
     def _take(self, chunk: np.ndarray, arrived_at: float) -> np.ndarray:
         self._queued_samples -= len(chunk)
-        self._buffer.append(chunk)
-        self._arrivals.append((self._buffer.end_sample, arrived_at))
-        self._queue.task_done()
+        self._taken += len(chunk)
+        self._arrivals.append((self._taken, arrived_at))
         return chunk
 
     def _lag_s(self, sample: int) -> float | None:

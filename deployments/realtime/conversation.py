@@ -18,7 +18,8 @@ from handlers.llm import ChatMessage
 
 
 class NothingToAnswer(Exception):
-    """The user's turn transcribed to no words (noise, a cough, silence): not a question.
+    """The user's turn transcribed to no words or only sounds (noise, a cough, a laugh,
+    silence): not a question.
     The turn stays in the conversation as an empty utterance, and no response follows it."""
 
 
@@ -134,7 +135,7 @@ async def turn_prompt(items: Sequence[Item], instructions: str | None) -> list[C
     """The prompt that answers the user's turn, the newest item: :func:`prompt`, unless the
     turn holds no words (:class:`NothingToAnswer`)."""
     messages = await prompt(items, instructions)
-    if items and isinstance(items[-1], UserAudio) and not items[-1].text:
+    if items and isinstance(items[-1], UserAudio) and not items[-1].prompted:
         raise NothingToAnswer(items[-1].id)
     return messages
 

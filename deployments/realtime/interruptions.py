@@ -17,7 +17,6 @@ The rules are the server's (``ingress.interruption``) unless a session sets its 
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deployments.realtime.audio_input import AudioInput, SpeechHeard, TurnEvent
 from deployments.realtime.failures import StageFailure
 from deployments.realtime.playback import Playback
+from deployments.realtime.spoken_words import holds_a_real_word
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from handlers.vad import SpeechStarted, SpeechStopped, ms_to_samples, samples_to_ms
@@ -64,37 +64,8 @@ class InterruptionRules(BaseModel):
         return self.min_duration_ms == 0 and not self.ignore_backchannels
 
 
-BACKCHANNEL_WORDS = frozenset(
-    {
-        *("yeah", "yes", "yep", "yup", "ya", "right", "okay", "ok", "sure", "alright", "true", "exactly"),
-        *("i", "see", "got", "it", "cool", "nice", "great", "wow", "indeed", "thank", "thanks", "you"),
-    }
-)
-"""Words that acknowledge an answer without asking for the floor (our own list: none of
-the peers ships one). ``you`` and ``thank you`` are also what Whisper makes of noise."""
-FUNCTION_WORDS = frozenset(
-    {"a", "an", "the", "in", "on", "at", "of", "to", "and", "or", "for", "with", "by", "from", "as"}
-)
-"""Articles, prepositions and conjunctions: alone they ask for nothing. They are also what
-tiny.en makes of a hum: Piper's "Mm-hmm." came out as "in", "in a", "and h m" (bench in
-docs/bench/README.md, "What STT makes of a hum")."""
-_SOUND = re.compile(r"[mhn]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+|[b-hj-z]")
-"""Hums and fillers as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M", "erm",
-"M N N"; and any single letter but "i" and "a" (a spelled-out hum)."""
 RECHECK_MS = 300
 """While a candidate's words are only backchannels, look again after this much speech."""
-_NOT_WORDS = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
-"""What STT writes for sounds: ``[coughs]``, ``(laughing)``, ``*knock*``."""
-_WORD = re.compile(r"[a-z']+")
-
-
-def holds_a_real_word(transcript: str) -> bool:
-    """Whether ``transcript`` asks for the floor: a word beyond backchannels, function
-    words and sounds."""
-    words = _WORD.findall(_NOT_WORDS.sub(" ", transcript.lower()))
-    return any(
-        word not in BACKCHANNEL_WORDS and word not in FUNCTION_WORDS and not _SOUND.fullmatch(word) for word in words
-    )
 
 
 @dataclass

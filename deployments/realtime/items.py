@@ -36,6 +36,7 @@ from openai.types.realtime.realtime_conversation_item_user_message import (
 )
 
 from deployments.realtime.protocol import ProtocolError, new_id
+from deployments.realtime.spoken_words import holds_speech
 from handlers.llm import ChatMessage
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -58,7 +59,8 @@ class InputText:
 
     @property
     def prompted(self) -> bool:
-        return bool(self.text)
+        """A turn of only sounds ("(coughing)", "Hmm.") is no message for the LLM."""
+        return holds_speech(self.text)
 
     def wire(self, status: str = "completed") -> ConversationItem:
         if self.role == "system":
@@ -87,7 +89,8 @@ class UserAudio:
 
     @property
     def prompted(self) -> bool:
-        return bool(self.text)
+        """A turn of only sounds ("(coughing)", "Hmm.") is no message for the LLM."""
+        return holds_speech(self.text)
 
     def heard(self, text: str) -> None:
         self.text = text
@@ -125,7 +128,8 @@ class AssistantMessage:
 
     @property
     def prompted(self) -> bool:
-        return bool(self.text)
+        """A turn of only sounds ("(coughing)", "Hmm.") is no message for the LLM."""
+        return holds_speech(self.text)
 
     @property
     def spoken_ms(self) -> float:

@@ -14,11 +14,11 @@ from ray.serve.handle import DeploymentHandle
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.stages import StageCall, StageStream
 from deployments.telemetry import Carrier
-from deployments.voice_activity import VADBatcher
+from deployments.voice_activity import VADBatcher, VADResult
+from handlers.listening import Hearing
 from handlers.llm import ChatMessage
 from handlers.synthetic import EveryPauseEnds
 from handlers.tools import LLMOutput
-from handlers.vad import VADEvent, VADState
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class ServeStages:
     llm: DeploymentHandle[Any]
     tts: DeploymentHandle[Any]
 
-    def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
-        return self.vad.detect(state, audio)
+    def listen(self, hearing: Hearing, audio: np.ndarray) -> Awaitable[VADResult]:
+        return self.vad.listen(hearing, audio)
 
     def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
         if self.turn_end is None:

@@ -143,8 +143,9 @@ class RealtimeSession:
         )
         self._guard = InputGuard(config.limits)
         self._audio = AudioInput(
-            detect=stages.detect,
+            listen=stages.listen,
             turn_detection=self.settings.turn_detection,
+            noise_reduction=self.settings.noise_reduction,
             defaults=config.turn_detection,
             max_input_audio_s=config.max_input_audio_s,
             max_queued_audio_s=config.limits.max_queued_audio_s,
@@ -242,6 +243,7 @@ class RealtimeSession:
         update = parse_client_event(json.dumps({"type": "session.update", "session": session}))
         if self.settings.update(cast(SessionUpdateEvent, update).session):
             self._audio.reconfigure(self.settings.turn_detection)
+        self._audio.reduce_noise(self.settings.noise_reduction)
         if self._recorder is not None:  # its resume must open with them too
             self._recorder.rewrite()
 
@@ -335,4 +337,5 @@ class RealtimeSession:
         if self.settings.update(event.session):
             self._audio.reconfigure(self.settings.turn_detection)
             self._turns.reset()
+        self._audio.reduce_noise(self.settings.noise_reduction)
         self._outbox.put(server_event(SessionUpdatedEvent, session=self.settings.describe()))

@@ -3,7 +3,7 @@
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from openai.types.realtime import (
     RealtimeAudioConfig,
@@ -11,6 +11,7 @@ from openai.types.realtime import (
     RealtimeAudioConfigOutput,
     RealtimeSessionCreateRequest,
 )
+from openai.types.realtime.realtime_audio_config_input import NoiseReduction
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad
 from openai.types.realtime.realtime_function_tool import RealtimeFunctionTool
 from openai.types.realtime.realtime_response_create_params import RealtimeResponseCreateParams
@@ -23,6 +24,7 @@ from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.protocol import ProtocolError
 from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
 from deployments.realtime.wire_audio import PCM16, WireAudio, wire_audio
+from handlers.denoise import NoiseReductionType
 from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection
 
@@ -81,6 +83,9 @@ class SessionSettings:
     """``auto``, ``none``, ``required``, or the one function every answer must call."""
     input_audio: WireAudio = PCM16
     """The format of the client's audio (``input_audio_buffer.append``, audio items)."""
+    noise_reduction: NoiseReductionType | None = None
+    """``audio.input.noise_reduction.type``: the caller's audio is denoised before the VAD and
+    STT hear it (``handlers.denoise``); ``None``: as sent."""
     output_audio: WireAudio = PCM16
     """The format the answer's audio leaves in."""
     tracing: Any = None  # how the session's trace is named (deployments.realtime.session_trace)
@@ -108,8 +113,13 @@ class SessionSettings:
         turn_detection: TurnDetection | None = self.turn_detection
         interruption = self.interruption
         turn_changed = False
+        noise_reduction = self.noise_reduction
         if audio is not None and audio.input is not None:
             input_audio = wire_audio(audio.input.format, "session.audio.input.format", input_audio)
+            if "noise_reduction" in audio.input.model_fields_set:
+                noise_reduction = checked_noise_reduction(
+                    audio.input.noise_reduction, "session.audio.input.noise_reduction"
+                )
             turn_changed = "turn_detection" in audio.input.model_fields_set
             if turn_changed:
                 turn_detection = self._checked_turn_detection(audio.input.turn_detection)
@@ -128,6 +138,7 @@ class SessionSettings:
             self.text_only = session.output_modalities == ["text"]
         self.tools, self.tool_choice = tools, tool_choice
         self.input_audio, self.output_audio = input_audio, output_audio
+        self.noise_reduction = noise_reduction
         return turn_changed
 
     def response_options(self, asked: RealtimeResponseCreateParams | None) -> ResponseOptions:
@@ -246,6 +257,7 @@ class SessionSettings:
                 input=RealtimeAudioConfigInput(
                     format=self.input_audio.describe(),
                     turn_detection=self._describe_turn_detection(),
+                    noise_reduction=NoiseReduction(type=self.noise_reduction) if self.noise_reduction else None,
                 ),
                 output=RealtimeAudioConfigOutput(format=self.output_audio.describe(), speed=1.0),
             ),
@@ -296,6 +308,17 @@ def check_tracing(tracing: Any, param: str) -> None:
             raise ProtocolError(
                 "invalid_value", f"metadata value of {key!r} is over {TRACING_VALUE_CHARS} characters", param
             )
+
+
+def checked_noise_reduction(requested: NoiseReduction | None, param: str) -> NoiseReductionType | None:
+    """The denoiser a session asks for (``null``: none); OpenAI requires the object's ``type``."""
+    if requested is None:
+        return None
+    if requested.type not in get_args(NoiseReductionType):
+        raise ProtocolError(
+            "invalid_value", "noise_reduction.type must be 'near_field' or 'far_field'", f"{param}.type"
+        )
+    return requested.type
 
 
 def check_modalities(modalities: Sequence[str] | None, param: str) -> None:

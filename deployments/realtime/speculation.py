@@ -20,6 +20,7 @@ from deployments.realtime.outbox import Outbox
 from deployments.realtime.response import Responder
 from deployments.realtime.response_run import DropReason, ResponseRun
 from deployments.realtime.settings import SessionSettings
+from deployments.realtime.spoken_words import holds_speech
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
@@ -144,6 +145,6 @@ async def _speculative_prompt(
     history: Sequence[Item], instructions: str | None, transcript: "asyncio.Future[str]"
 ) -> list[ChatMessage]:
     text = await asyncio.shield(transcript)  # the item's transcript too: the answer's cancel is not its
-    if not text:
+    if not holds_speech(text):
         raise NothingToAnswer("the pause")
     return await prompt(history, instructions, then={"role": "user", "content": text})

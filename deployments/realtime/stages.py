@@ -20,9 +20,10 @@ import numpy as np
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.realtime.failures import StageFailure, StageName
 from deployments.telemetry import Carrier
+from deployments.voice_activity import VADResult
+from handlers.listening import Hearing
 from handlers.llm import ChatMessage
 from handlers.tools import LLMOutput
-from handlers.vad import VADEvent, VADState
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
@@ -85,7 +86,7 @@ NO_WATCH = NoWatch()
 
 
 class Stages(Protocol):
-    def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]: ...
+    def listen(self, hearing: Hearing, audio: np.ndarray) -> Awaitable[VADResult]: ...
 
     def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
         """The probability that ``utterance`` ends its speaker's turn (Smart Turn)."""
@@ -127,8 +128,8 @@ class BoundedStages:
     def _bound(self, stage: StageName) -> "_Bound":
         return _Bound(stage, self.timeout_s, self.watch)
 
-    def detect(self, state: VADState, audio: np.ndarray) -> Awaitable[tuple[VADState, list[VADEvent]]]:
-        return self._bound("vad").result(self.stages.detect(state, audio))
+    def listen(self, hearing: Hearing, audio: np.ndarray) -> Awaitable[VADResult]:
+        return self._bound("vad").result(self.stages.listen(hearing, audio))
 
     def end_of_turn(self, utterance: np.ndarray) -> StageCall[float]:
         return _BoundedCall(self.stages.end_of_turn(utterance), self._bound("turn_end"))

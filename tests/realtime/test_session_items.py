@@ -119,7 +119,7 @@ async def test_the_agents_sdk_default_session_is_accepted_and_shown_as_served() 
         turn = updated["audio"]["input"]["turn_detection"]
         assert (turn["type"], turn["eagerness"], turn["interrupt_response"]) == ("semantic_vad", "high", True)
         assert updated["audio"]["output"]["speed"] == 1.0  # what is served, not what was asked
-        assert "noise_reduction" not in updated["audio"]["input"]  # not applied, so not shown
+        assert updated["audio"]["input"]["noise_reduction"] == {"type": "near_field"}  # applied
         assert h.session.settings.turn_detection.silence_duration_ms == SEMANTIC_PAUSE_MS  # then Smart Turn
         h.socket.client_sends(
             type="session.update",

@@ -5,8 +5,10 @@ import asyncio
 
 import numpy as np
 import pytest
+from fakes import real_denoiser
 
 from deployments.voice_activity import VADBatcher, VADCall, VADResult, in_process
+from handlers.listening import Hearing, Listener
 from handlers.synthetic import EnergyVoiceDetector, question_tone
 from handlers.vad import SpeechStarted, TurnDetection, VADState
 
@@ -28,11 +30,11 @@ class RecordingRun:
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("replica lost")
-        return [(state, [SpeechStarted(len(audio))]) for state, audio in calls]
+        return [(hearing, None, [SpeechStarted(len(audio))]) for hearing, audio in calls]
 
 
 def ask(batcher: VADBatcher, size: int) -> "asyncio.Future[VADResult]":
-    return batcher.detect(VADState(TurnDetection()), np.zeros(size, dtype=np.float32))
+    return batcher.listen(Hearing(VADState(TurnDetection())), np.zeros(size, dtype=np.float32))
 
 
 async def test_asks_of_one_tick_share_one_run_and_get_their_own_answers() -> None:
@@ -40,7 +42,7 @@ async def test_asks_of_one_tick_share_one_run_and_get_their_own_answers() -> Non
     batcher = VADBatcher(run, interval_s=0.05)
     answers = await asyncio.gather(*(ask(batcher, size) for size in range(100, 110)))
     assert len(run.runs) == 1 and len(run.runs[0]) == 10
-    assert [events[0].start_sample for _, events in answers] == list(range(100, 110))
+    assert [events[0].start_sample for _, _, events in answers] == list(range(100, 110))
     batcher.close()
 
 
@@ -62,7 +64,7 @@ async def test_a_failed_run_fails_only_its_asks_and_the_next_tick_works() -> Non
     run.fail_next = True
     failed = await asyncio.gather(ask(batcher, 1), ask(batcher, 2), return_exceptions=True)
     assert all(isinstance(result, RuntimeError) for result in failed)
-    state, events = await ask(batcher, 3)
+    _, _, events = await ask(batcher, 3)
     assert events == [SpeechStarted(3)]
     batcher.close()
 
@@ -78,7 +80,7 @@ async def test_a_session_that_gives_up_leaves_the_others_answered() -> None:
     await run.started.wait()
     leaver.cancel()
     run.release.set()
-    _, events = await keeper
+    _, _, events = await keeper
     assert events == [SpeechStarted(1)]
     abandoned = ask(batcher, 5)
     abandoned.cancel()
@@ -91,14 +93,17 @@ async def test_a_session_that_gives_up_leaves_the_others_answered() -> None:
 async def test_in_process_detector_hears_each_session_apart(sessions: int) -> None:
     """The real segmenter on the energy network through the batcher: only the sessions that
     spoke are heard, each at its own start."""
-    batcher = VADBatcher(in_process(EnergyVoiceDetector()), interval_s=0.01)
+    batcher = VADBatcher(in_process(Listener(EnergyVoiceDetector(), real_denoiser())), interval_s=0.01)
     silence = np.zeros(8000, dtype=np.float32)
     audios = [
         np.concatenate([silence[: 1024 * (i + 1)], question_tone(i, 0.5)]) if i % 2 == 0 else silence
         for i in range(sessions)
     ]
-    results = await asyncio.gather(*(batcher.detect(VADState(TurnDetection()), audio) for audio in audios))
-    for i, (state, events) in enumerate(results):
+    results = await asyncio.gather(*(batcher.listen(Hearing(VADState(TurnDetection())), audio) for audio in audios))
+    for i, (hearing, heard, events) in enumerate(results):
+        assert heard is None  # nobody asked for noise reduction
+        state = hearing.vad
+        assert state is not None
         if i % 2 == 0:
             assert events == [SpeechStarted(1024 * (i + 1))] and state.in_speech
         else:
