@@ -59,8 +59,7 @@ class InputText:
 
     @property
     def prompted(self) -> bool:
-        """A turn of only sounds ("(coughing)", "Hmm.") is no message for the LLM."""
-        return holds_speech(self.text)
+        return bool(self.text)
 
     def wire(self, status: str = "completed") -> ConversationItem:
         if self.role == "system":
@@ -128,8 +127,7 @@ class AssistantMessage:
 
     @property
     def prompted(self) -> bool:
-        """A turn of only sounds ("(coughing)", "Hmm.") is no message for the LLM."""
-        return holds_speech(self.text)
+        return bool(self.text)
 
     @property
     def spoken_ms(self) -> float:

@@ -28,6 +28,8 @@ _SOUND = re.compile(r"[mhn]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+|[b-hj-z]")
 _NOT_WORDS = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
 """What STT writes for sounds: ``[coughs]``, ``(laughing)``, ``*knock*``."""
 _WORD = re.compile(r"[a-z']+")
+_SPOKEN = re.compile(r"[a-z0-9']+")
+"""Words and numbers as STT writes them ("42", "2.5")."""
 
 
 def holds_a_real_word(transcript: str) -> bool:
@@ -40,7 +42,7 @@ def holds_a_real_word(transcript: str) -> bool:
 
 
 def holds_speech(transcript: str) -> bool:
-    """Whether ``transcript`` holds a word that is not a sound: "Yes." and "Okay." do (they
-    answer a question), "(coughing)", "Hmm." and "Ha ha." do not."""
-    words = _WORD.findall(_NOT_WORDS.sub(" ", transcript.lower()))
+    """Whether ``transcript`` holds a word or number that is not a sound: "Yes.", "Okay." and
+    "42." do (they answer a question), "(coughing)", "Hmm." and "Ha ha." do not."""
+    words = _SPOKEN.findall(_NOT_WORDS.sub(" ", transcript.lower()))
     return any(not _SOUND.fullmatch(word) for word in words)

@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["server_vad", "semantic_vad"],
         help="what each session asks for in a session.update (default: the server's own)",
     )
+    parser.add_argument(
+        "--noise-reduction",
+        choices=["near_field", "far_field"],
+        help="the noise_reduction each session asks for (default: none)",
+    )
     options.add(parser, ramp_s=0.0, duration_s=None, seed=0, out=options.REQUIRED)
     parser.add_argument("--no-calibrate", action="store_true", help="skip answering each question alone first")
     parser.add_argument(
@@ -71,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
         backchannel_rate=args.backchannel_rate,
         pause_rate=args.pause_rate,
         turn_detection=args.turn_detection,
+        noise_reduction=args.noise_reduction,
         resume=args.resume,
     )
     try:

@@ -1,4 +1,5 @@
-"""CPU per session-second of voice activity detection, by placement, with real silero.
+"""CPU per session-second of voice activity detection, by placement, with real silero, and
+of noise reduction.
 
 ``s2s-bench vad [--sessions 50 200] [--rounds 60]`` feeds N sessions Piper
 speech in 96 ms chunks (what each session's audio input sends per call), as fast as the
@@ -9,7 +10,10 @@ took part) per second of session audio for:
   tick carries a third of the sessions' chunks), as ``vad.placement: ingress`` runs it;
 - ``deployment``: the same ticks as one Serve call each to a VAD deployment, as
   ``vad.placement: deployment`` runs it (caller and replica counted);
-- ``call_per_session``: one Serve call per session per chunk, the path before batching.
+- ``call_per_session``: one Serve call per session per chunk, the path before batching;
+- ``ingress_noise_reduction`` (``--noise-reduction near_field``): ``ingress`` with every
+  session's audio denoised first (DTLN, ``handlers.denoise``), as a session that asks for
+  ``noise_reduction`` is heard.
 
 ``sessions_per_core`` is where VAD alone would fill one core.
 """
@@ -25,6 +29,8 @@ import psutil
 
 from deployments.models import VAD
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
+from handlers.denoise import Denoiser, DenoiserState, NoiseReductionConfig, NoiseReductionType
+from handlers.listening import Hearing, Listener
 from handlers.tts import TextToSpeech
 from handlers.vad import TurnDetection, VADState, VoiceActivityDetector
 from loadtest import options
@@ -48,9 +54,17 @@ def cpu_s(processes: list[psutil.Process]) -> float:
 
 
 def measure(
-    sessions: int, rounds: int, audio: np.ndarray, run_round: Callable[[list], None], processes: list[psutil.Process]
+    sessions: int,
+    rounds: int,
+    audio: np.ndarray,
+    run_round: Callable[[list], None],
+    processes: list[psutil.Process],
+    noise_reduction: NoiseReductionType | None = None,
 ) -> dict[str, Any]:
-    states = [VADState(TurnDetection()) for _ in range(sessions)]
+    states = [
+        Hearing(VADState(TurnDetection()), DenoiserState(noise_reduction) if noise_reduction else None)
+        for _ in range(sessions)
+    ]
     offsets = [(i * 7919) % (len(audio) - CHUNK) for i in range(sessions)]  # each session elsewhere in the clip
     before, started = cpu_s(processes), time.monotonic()
     for round_index in range(rounds):
@@ -78,6 +92,11 @@ def ticks(calls: list) -> list[list]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, session_counts=[50, 200])
     parser.add_argument("--rounds", type=options.positive_int, default=60, help="96 ms chunks per session")
+    parser.add_argument(
+        "--noise-reduction",
+        choices=["near_field", "far_field"],
+        help="also measure the ingress placement with every session's audio denoised first",
+    )
 
 
 def main(args: argparse.Namespace) -> None:
@@ -89,14 +108,14 @@ def main(args: argparse.Namespace) -> None:
 def measure_placements(local: LocalServe, args: argparse.Namespace) -> dict[str, Any]:
     audio = speech()
     me = psutil.Process()
-    detector = VoiceActivityDetector()
+    listener = Listener(VoiceActivityDetector(), Denoiser())
 
     def local_round(calls: list) -> None:
         for tick in ticks(calls):
-            detector.detect_batch(tick)
+            listener.listen_batch(tick)
 
     vad = VAD.options(ray_actor_options={"num_cpus": 0})  # type: ignore[attr-defined]
-    handle = local.run(vad.bind(), "bench-vad")
+    handle = local.run(vad.bind(None, NoiseReductionConfig()), "bench-vad")
     (replica,) = [
         p for p in psutil.process_iter(["cmdline"]) if "ServeReplica:bench-vad:VAD" in " ".join(p.info["cmdline"] or [])
     ]
@@ -107,15 +126,19 @@ def measure_placements(local: LocalServe, args: argparse.Namespace) -> dict[str,
             groups = groups_of(calls)
             answers = [handle.detect_batch.remote(group) for group in groups]  # all in flight at once
             for group, answer in zip(groups, answers, strict=True):
-                for (state, _), (returned, _) in zip(group, answer.result(), strict=True):
-                    state.__dict__.update(returned.__dict__)  # a replica answers with a copy
+                for (hearing, _), (returned, _, _) in zip(group, answer.result(), strict=True):
+                    hearing.__dict__.update(returned.__dict__)  # a replica answers with a copy
 
         return run_round
 
-    handle.detect_batch.remote([(VADState(TurnDetection()), audio[:CHUNK])]).result()  # warm
+    handle.detect_batch.remote([(Hearing(VADState(TurnDetection())), audio[:CHUNK])]).result()  # warm
     report: dict[str, Any] = {"chunk_ms": CHUNK * 1000 // SPEECH_RATE, "rounds": args.rounds}
     report["ingress"] = [measure(n, args.rounds, audio, local_round, [me]) for n in args.session_counts]
     report["deployment"] = [measure(n, args.rounds, audio, remote_round(ticks), both) for n in args.session_counts]
     alone = remote_round(lambda calls: [[call] for call in calls])
     report["call_per_session"] = [measure(min(args.session_counts), args.rounds, audio, alone, both)]
+    if args.noise_reduction is not None:
+        report["ingress_noise_reduction"] = [
+            measure(n, args.rounds, audio, local_round, [me], args.noise_reduction) for n in args.session_counts
+        ]
     return report

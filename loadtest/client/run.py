@@ -56,6 +56,8 @@ class LoadConfig:
     """Share of questions said with a pause mid-sentence (the server must wait for the rest)."""
     turn_detection: TurnDetection | None = None
     """What each session asks for (``None``: the server's own)."""
+    noise_reduction: str | None = None
+    """The ``noise_reduction`` each session asks for (``None``: none)."""
     resume: bool = False
     """Sessions resume a lost connection, and leave a draining one, with their token."""
 
@@ -134,6 +136,7 @@ async def run_load(config: LoadConfig) -> LoadResult:
                 backchannel_rate=config.backchannel_rate,
                 pause_rate=config.pause_rate,
                 turn_detection=config.turn_detection,
+                noise_reduction=config.noise_reduction,
                 resume=config.resume,
             )
             return await driver.run(config.turns, deadline)

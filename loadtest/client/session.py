@@ -72,15 +72,20 @@ def _failure(error: BaseException) -> str:
     return str(error) if isinstance(error, NotOpened) else type(error).__name__
 
 
-def turn_detection_update(kind: TurnDetection, our_rules: bool) -> str:
-    """The ``session.update`` asking for ``kind``; ``our_rules``: with ``OUR_INTERRUPTION_RULES``,
+def settings_update(kind: TurnDetection | None, our_rules: bool, noise_reduction: str | None = None) -> str:
+    """The ``session.update`` asking for turn detection ``kind`` (``None``: the server's own,
+    left as it is) and ``noise_reduction``; ``our_rules``: with ``OUR_INTERRUPTION_RULES``,
     which a session that says backchannels asks for whatever the server's own rule (OpenAI's,
     in ``cluster/loadtest.yaml``)."""
-    detection: dict[str, Any] = {"type": kind}
-    if our_rules:
-        detection["interruption"] = OUR_INTERRUPTION_RULES
-    session = {"type": "realtime", "audio": {"input": {"turn_detection": detection}}}
-    return json.dumps({"type": "session.update", "session": session})
+    audio_input: dict[str, Any] = {}
+    if kind is not None or our_rules:
+        detection: dict[str, Any] = {"type": kind or "server_vad"}
+        if our_rules:
+            detection["interruption"] = OUR_INTERRUPTION_RULES
+        audio_input["turn_detection"] = detection
+    if noise_reduction is not None:
+        audio_input["noise_reduction"] = {"type": noise_reduction}
+    return json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {"input": audio_input}}})
 
 
 class Session:
@@ -102,6 +107,7 @@ class Session:
         backchannel_rate: float = 0.0,
         pause_rate: float = 0.0,
         turn_detection: TurnDetection | None = None,
+        noise_reduction: str | None = None,
         resume: bool = False,
     ) -> None:
         self.log = SessionLog(index)
@@ -125,6 +131,8 @@ class Session:
         """Share of questions said with a pause mid-sentence (``PromptSet.paused``)."""
         self._turn_detection = turn_detection
         """Asked for at the start; ``None``: the server's own."""
+        self._noise_reduction = noise_reduction
+        """``audio.input.noise_reduction.type`` asked for at the start; ``None``: none."""
         self._resume = resume
         self._microphone = Microphone()
         self._ws: Any = None
@@ -179,9 +187,9 @@ class Session:
                     await self._heard.created.wait()
                 if self.log.model is None or self._heard.ended:  # refused: an error event says why
                     raise NotOpened(str(ws.close_code))
-                if self._backchannel_rate or self._turn_detection:
-                    kind = self._turn_detection or "server_vad"
-                    await ws.send(turn_detection_update(kind, our_rules=bool(self._backchannel_rate)))
+                if self._backchannel_rate or self._turn_detection or self._noise_reduction:
+                    our_rules = bool(self._backchannel_rate)
+                    await ws.send(settings_update(self._turn_detection, our_rules, self._noise_reduction))
                 microphone = asyncio.ensure_future(self._microphone.stream_silence()) if self._continuous_mic else None
                 try:
                     await self._converse(turns, deadline)

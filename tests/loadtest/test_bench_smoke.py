@@ -90,8 +90,9 @@ def test_handlers_times_each_model() -> None:
 
 @pytest.mark.models
 def test_vad_measures_each_placement() -> None:
-    report = run_apart("vad", "--sessions", "2", "--rounds", "3")
+    report = run_apart("vad", "--sessions", "2", "--rounds", "3", "--noise-reduction", "near_field")
     assert report["ingress"] and report["deployment"] and report["call_per_session"], report
+    assert report["ingress_noise_reduction"][0]["sessions"] == 2, report
 
 
 @pytest.mark.models

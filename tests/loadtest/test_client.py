@@ -27,7 +27,7 @@ from loadtest.client.microphone import FRAME_BYTES, FRAME_MS, SILENCE_EVENT, Mic
 from loadtest.client.prompts import PromptSet, tone_prompts
 from loadtest.client.records import TIMINGS_KEY, Resume, SessionLog, Turn
 from loadtest.client.run import LoadConfig, LoadResult
-from loadtest.client.session import Session, TurnDetection, turn_detection_update
+from loadtest.client.session import Session, TurnDetection, settings_update
 from loadtest.client.session_log import SessionListener
 from loadtest.client.wire import TICK_S, DeliveringConnection, audio_size, running_metronome
 from loadtest.doubles.echo_server import ANSWER_S, EchoServer
@@ -323,12 +323,18 @@ def test_a_response_after_the_rest_of_a_paused_question_was_sent_is_still_told_b
 @pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
 @pytest.mark.parametrize("our_rules", [False, True])
 def test_the_turn_detection_a_session_asks_for_is_one_the_server_takes(kind: TurnDetection, our_rules: bool) -> None:
-    event = parse_client_event(turn_detection_update(kind, our_rules)).model_dump(exclude_none=True)
+    event = parse_client_event(settings_update(kind, our_rules)).model_dump(exclude_none=True)
+    assert "noise_reduction" not in event["session"]["audio"]["input"]
     detection = event["session"]["audio"]["input"]["turn_detection"]
     assert detection["type"] == kind
     assert ("interruption" in detection) == our_rules
     if our_rules:  # the client's copy of our defaults is the server's
         assert InterruptionRules(**detection["interruption"]) == InterruptionRules()
+
+
+def test_noise_reduction_alone_leaves_the_turn_detection_as_it_is() -> None:
+    event = parse_client_event(settings_update(None, False, "far_field")).model_dump(exclude_none=True)
+    assert event["session"]["audio"]["input"] == {"noise_reduction": {"type": "far_field"}}
 
 
 def test_a_response_to_no_question_is_counted() -> None:

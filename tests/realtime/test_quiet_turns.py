@@ -27,14 +27,15 @@ async def test_a_turn_of_no_words_gets_no_response_and_the_next_turn_is_answered
         assert heard not in str(h.stages.llm_requests[-1].messages) or not heard, "a sound is no message"
 
 
-async def test_a_short_answer_of_acknowledgement_is_a_turn() -> None:
-    """ "Yes." answers the agent's question: unlike a hum, it is answered."""
+@pytest.mark.parametrize("heard", ["Yes.", "42."])
+async def test_a_short_answer_is_a_turn(heard: str) -> None:
+    """A "Yes." or a number answers the agent's question: unlike a hum, it is answered."""
     async with Harness() as h:
-        h.stages.transcript = "Yes."
+        h.stages.transcript = heard
         append_audio(h.socket, speech(1))
         answered = await h.socket.wait_type("response.done")
         assert answered["response"]["status"] == "completed"
-        assert h.stages.llm_requests[-1].messages[-1] == {"role": "user", "content": "Yes."}
+        assert h.stages.llm_requests[-1].messages[-1] == {"role": "user", "content": heard}
 
 
 async def test_an_empty_conversation_is_not_prefilled_and_a_response_to_it_greets() -> None:
