@@ -376,12 +376,12 @@ async def test_sessions_outlive_a_restart_of_the_store_and_stay_resumable() -> N
 def test_a_redis_record_lives_a_window_after_its_last_sign_of_life(redis_server: RedisServer) -> None:
     """Redis's own expiry is the resume window: set at each write and renewal, and an
     expired record is refused and named as lacking."""
-    records = BlockingRedisRecords(redis_server.url, 0.05)
+    records = BlockingRedisRecords(redis_server.url, 0.5)  # at 0.05 a loaded machine saw it gone at once
     client = redis.Redis(port=redis_server.port)
     try:
         records.open("sess_a", digest("a"), None, EMPTY_STATE)
         key = records.prefix + "sess_a"
-        assert 0 < client.pttl(key) <= 50
+        assert 0 < client.pttl(key) <= 500
         while client.exists(key):  # Redis expires it within its window (and ~100 ms of sweep)
             time.sleep(0.01)
         assert records.resume("sess_a", digest("a"), None, digest("n")) is None
