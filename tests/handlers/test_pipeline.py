@@ -10,7 +10,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from deployments.realtime.interruptions import holds_a_real_word
+from deployments.realtime.spoken_words import holds_a_real_word
 from deployments.realtime.turn_end import WORDS_END_ABOVE
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel, PromptTooLong

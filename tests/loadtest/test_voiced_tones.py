@@ -4,7 +4,7 @@ not hear a bare tone, and the synthetic STT still reads each one's number."""
 import numpy as np
 import pytest
 
-from deployments.realtime.interruptions import holds_a_real_word
+from deployments.realtime.spoken_words import holds_a_real_word
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 from handlers.synthetic import ToneTranscriber
 from handlers.vad import SpeechStopped, TurnDetection, VADState, VoiceActivityDetector

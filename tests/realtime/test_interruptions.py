@@ -13,8 +13,9 @@ from fakes import FakeStages, Gate, Harness, append_audio, speech
 
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.audio_out import AnswerAudio
-from deployments.realtime.interruptions import InterruptionRules, holds_a_real_word
+from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.playback import Playback
+from deployments.realtime.spoken_words import holds_a_real_word
 from deployments.realtime.webrtc import FRAME_SAMPLES, AnswerTrack
 from deployments.realtime.wire_audio import PCM16
 from handlers.synthetic import ToneTranscriber
