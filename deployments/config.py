@@ -12,7 +12,7 @@ from cancel import ScopePlacementConfig
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.recording_config import RecordingConfig
 from deployments.session_store import SessionStoreConfig
-from handlers.denoise import NoiseReductionConfig
+from handlers.denoise import NoiseReductionConfig, NoiseReductionType
 from handlers.instructions import VOICE_INSTRUCTIONS
 from handlers.llm import LLMConfig
 from handlers.stt import STTConfig
@@ -140,6 +140,10 @@ class IngressConfig(BaseModel):
     replace it. Written for speech (``handlers.instructions``); ``None`` keeps the model's
     own chat-template default."""
     turn_detection: TurnDetection = TurnDetection()
+    noise_reduction: NoiseReductionType | None = None
+    """A new session's ``audio.input.noise_reduction`` (``near_field``, ``far_field``, or
+    ``None``: off, OpenAI's default); sessions may set their own. Phone callers cannot ask:
+    this is how an operator denoises their calls."""
     interruption: InterruptionRules = InterruptionRules()
     """When speech during an answer interrupts it (sessions may set their own:
     ``turn_detection.interruption``)."""

@@ -89,6 +89,7 @@ def new_settings(config: IngressConfig, model_name: str) -> SessionSettings:
         max_instructions_chars=config.max_item_chars,
         default_interruption=config.interruption,
         interruption=config.interruption,
+        noise_reduction=config.noise_reduction,
     )
 
 

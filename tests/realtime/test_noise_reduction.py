@@ -79,6 +79,23 @@ async def test_off_by_default_then_each_setting_is_applied_and_shown() -> None:
         assert h.socket.of_type("error") == []
 
 
+async def test_the_server_default_denoises_a_new_session_until_it_turns_it_off() -> None:
+    """``ingress.noise_reduction``: what a phone call (which cannot ask) is heard through."""
+    stages = FakeStages()
+    heard = stt_hears(stages)
+    async with Harness(stages, noise_reduction="far_field") as h:
+        created = h.socket.of_type("session.created")[0]["session"]
+        assert created["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+        h.socket.client_sends(type="session.update", session=MANUAL)
+        await h.socket.wait_type("session.updated")
+        denoised = await committed_audio(h, heard, noise_pcm(1.0, seed=1))
+        assert stages.noise_reduced > 0
+        h.socket.client_sends(type="session.update", session=with_noise_reduction(None))
+        await h.socket.wait_type("session.updated", count=2)
+        raw = await committed_audio(h, heard, noise_pcm(1.0, seed=2))
+        assert rms(denoised) < 0.3 * rms(raw)
+
+
 async def test_a_noise_reduction_without_a_known_type_is_refused_and_changes_nothing() -> None:
     async with Harness() as h:
         h.socket.client_sends(type="session.update", session=with_noise_reduction("near_field"))
