@@ -74,7 +74,7 @@ def test_noise_is_taken_out_after_the_delay(denoiser: Denoiser) -> None:
     out = denoiser.denoise(DenoiserState("near_field"), audio)
     assert not out[: HOP - 1].any(), "primed with silence: every call returns as many samples as it was given"
     after = out[SPEECH_SETTLED:]
-    assert np.mean(after**2) < 0.1 * np.mean(audio[SPEECH_SETTLED:] ** 2), "at least 10 dB less noise"
+    assert np.mean(after**2) < 0.3 * np.mean(audio[SPEECH_SETTLED:] ** 2), "over 5 dB less noise (half is the input)"
 
 
 SPEECH_SETTLED = 4_000
