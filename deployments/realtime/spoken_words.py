@@ -22,9 +22,10 @@ FUNCTION_WORDS = frozenset(
 """Articles, prepositions and conjunctions: alone they ask for nothing. They are also what
 tiny.en makes of a hum: Piper's "Mm-hmm." came out as "in", "in a", "and h m" (bench in
 docs/bench/README.md, "What STT makes of a hum")."""
-_SOUND = re.compile(r"[mhn]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|(?:ha)+|[b-hj-z]")
-"""Hums and fillers as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M", "erm",
-"M N N"; and any single letter but "i" and "a" (a spelled-out hum)."""
+_SOUND = re.compile(r"[mhn]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|a?(?:ha)+h?|(?:he)+h?|[b-hj-z]")
+"""Hums, fillers and laughs as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M",
+"erm", "M N N", "aha", "hahah", "heh"; and any single letter but "i" and "a" (a spelled-out
+hum). Piper's "Ha ha." came out as "Aha" (``s2s-bench interruption-table``'s laughs)."""
 _NOT_WORDS = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
 """What STT writes for sounds: ``[coughs]``, ``(laughing)``, ``*knock*``."""
 _WORD = re.compile(r"[a-z']+")

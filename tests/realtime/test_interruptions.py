@@ -61,6 +61,9 @@ def audio_start_ms(pcm_before: bytes) -> int:
         ("In a m m.", False),
         ("and h m", False),
         ("M N N N.", False),
+        ("Aha", False),  # what tiny.en made of Piper's "Ha ha."
+        ("Heh heh. Hahaha!", False),
+        ("Here.", True),
         ("Wait, stop.", True),
         ("Stop.", True),
         ("But why?", True),
