@@ -176,13 +176,23 @@ class Round:
         return next((e for _, e in self.log if e.type == "response.done" and e.response.id == response_id), None)
 
 
+def session_input(turn_detection: dict[str, Any], noise_reduction: str | None = None) -> dict[str, Any]:
+    """``session.audio.input`` of each round: its turn detection, and ``noise_reduction`` if
+    asked for."""
+    settings: dict[str, Any] = {"turn_detection": turn_detection}
+    if noise_reduction is not None:
+        settings["noise_reduction"] = {"type": noise_reduction}
+    return settings
+
+
 @contextlib.asynccontextmanager
-async def new_round(url: str, mode: dict[str, Any]) -> AsyncIterator[Round]:
+async def new_round(url: str, mode: dict[str, Any], noise_reduction: str | None = None) -> AsyncIterator[Round]:
+    """One Realtime session over the WebSocket, its input set by :func:`session_input`."""
     sdk = AsyncOpenAI(api_key="unused", websocket_base_url=url)
     async with sdk.realtime.connect(model="s2s") as connection:
         round_ = Round(connection)
         receiver = asyncio.ensure_future(receive(connection, round_.log, asyncio.Event()))
-        session: Any = {"type": "realtime", "audio": {"input": {"turn_detection": mode}}}
+        session: Any = {"type": "realtime", "audio": {"input": session_input(mode, noise_reduction)}}
         await connection.session.update(session=session)
         await wait_for(round_.log, lambda e: e.type == "session.updated")
         try:

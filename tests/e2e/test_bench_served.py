@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from loadtest import cli
+from loadtest.benchmarks import turns
 
 pytestmark = pytest.mark.models
 """The real models: only ``make test`` runs these."""
@@ -36,6 +37,29 @@ async def test_turns_times_voice_to_voice_under_a_mode(realtime_url: str, capsys
     argv = ["--url", realtime_url, "--modes", "server_vad", "--parts", "voice_to_voice"]
     report = await run_here("turns", argv, capsys)
     assert report["server_vad"]["voice_to_voice"]["turns"] >= 1, report
+
+
+async def test_turns_scores_the_full_duplex_bench_scenarios_over_each_transport(
+    realtime_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One trial of each scenario (the lists cut to their first), over the WebSocket, WebRTC and
+    a Twilio call in μ-law, with a noise reduction asked for (accepted, whatever it does)."""
+    for name in ("PAUSED", "INTERRUPTIONS", "QUESTIONS", "PHONE_BACKCHANNELS"):
+        monkeypatch.setattr(turns, name, getattr(turns, name)[:1])
+    monkeypatch.setattr(turns, "BACKCHANNELS", ["Yeah."])
+    parts = ["paused", "backchannels", "interruptions", "voice_to_voice", "phone"]
+    argv = ["--url", realtime_url, "--modes", "server_vad", "--parts", *parts, "--noise-reduction", "near_field"]
+    report = await run_here("turns", argv, capsys)
+    fdb = report["server_vad"]["fdb"]
+    assert {"pause_handling", "backchannel", "smooth_turn_taking", "user_interruption"} <= fdb.keys(), fdb
+    assert all(fdb[s]["of"] == 1 for s in ("pause_handling", "backchannel", "smooth_turn_taking", "user_interruption"))
+    assert fdb["smooth_turn_taking"]["tor"] == 1.0, fdb  # a plain question is answered
+    assert fdb["user_interruption"]["speech_started_ms"]["n"] == 1, fdb  # the interruption stopped the answer
+    assert fdb["onset_to_stopped_ms"]["websocket"]["n"] == 1, fdb
+    phone = report["phone"]
+    assert (phone["interruptions"], phone["backchannels"]) == (1, 1), phone
+    assert phone["fdb"]["onset_to_clear_ms"]["n"] >= 1, phone  # the interruption cleared the call's audio
+    assert report["settings"]["noise_reduction"] == "near_field"
 
 
 async def test_phone_times_a_phone_turn_beside_a_realtime_one(
