@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "cancel": "loadtest.benchmarks.cancel",
     "vad": "loadtest.benchmarks.vad",
     "backchannel-words": "loadtest.benchmarks.backchannel_words",
+    "interruption-table": "loadtest.benchmarks.interruption_table",
     "client": "loadtest.benchmarks.client_cost",
     "e2e": "loadtest.benchmarks.e2e",
     "quality": "loadtest.benchmarks.quality",

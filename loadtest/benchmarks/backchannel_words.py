@@ -68,8 +68,29 @@ class Looks:
 
     real: bool
     decided_at_ms: int | None
-    """Speech heard (from the first voiced frame) when the deciding look was taken."""
+    """Audio heard from the onset (the sound's first voiced frame) when the deciding look was
+    taken: negative when a sound before the onset (noise) was taken."""
     heard: list[str]
+    pending: bool = False
+    """A candidate was still undecided when the audio ended (its speech never stopped): an
+    answer would have stayed paused."""
+
+
+LEAD_S, TAIL_S = 0.5, 1.0
+"""Silence before a rendering (the VAD's start) and after it (for its end to be heard)."""
+
+
+def onset(speech: np.ndarray) -> int:
+    """The first 10 ms frame of ``speech`` louder than ``VOICED_RMS``."""
+    frames = speech[: speech.size // 160 * 160].reshape(-1, 160)
+    return int(np.argmax(np.sqrt((frames**2).mean(1)) > VOICED_RMS)) * 160
+
+
+def padded(speech: np.ndarray) -> tuple[np.ndarray, int]:
+    """``speech`` between ``LEAD_S`` and ``TAIL_S`` of silence, and the sample of its onset there."""
+    lead = int(LEAD_S * SPEECH_RATE)
+    silence = np.zeros(int(TAIL_S * SPEECH_RATE), np.float32)
+    return np.concatenate([np.zeros(lead, np.float32), speech, silence]), lead + onset(speech)
 
 
 class Gate:
@@ -87,11 +108,10 @@ class Gate:
         self.stt_ms.append((time.perf_counter() - started) * 1000)
         return holds_a_real_word(heard[-1])
 
-    def look(self, speech: np.ndarray, first_look_ms: int) -> Looks:
-        lead = SPEECH_RATE // 2
-        audio = np.concatenate([np.zeros(lead, np.float32), speech, np.zeros(SPEECH_RATE, np.float32)])
-        frames = speech[: speech.size // 160 * 160].reshape(-1, 160)
-        voiced = lead + int(np.argmax(np.sqrt((frames**2).mean(1)) > VOICED_RMS)) * 160
+    def look(self, audio: np.ndarray, onset_sample: int, first_look_ms: int) -> Looks:
+        """``audio`` fed to the VAD as a microphone sends it, while an answer plays throughout:
+        each candidate's words looked at as the gate looks, until one is taken for an
+        interruption (a dismissed candidate leaves the next one to be judged afresh)."""
         session = VADSession(self._detector)
         heard: list[str] = []
         look_at: int | None = None
@@ -101,15 +121,15 @@ class Gate:
                 if isinstance(event, SpeechStarted) and look_at is None:
                     look_at = event.start_sample + ms_to_samples(first_look_ms)
                 elif isinstance(event, SpeechStopped) and look_at is not None:
-                    if utterance is None or event.end_sample - event.start_sample < ms_to_samples(first_look_ms):
-                        return Looks(False, None, heard)
-                    real = self._words(utterance, heard)
-                    return Looks(real, samples_to_ms(fed - voiced) if real else None, heard)
+                    long_enough = event.end_sample - event.start_sample >= ms_to_samples(first_look_ms)
+                    if utterance is not None and long_enough and self._words(utterance, heard):
+                        return Looks(True, samples_to_ms(fed - onset_sample), heard)
+                    look_at = None
             if look_at is not None and fed >= look_at:
                 if self._words(session.buffer.peek(), heard):
-                    return Looks(True, samples_to_ms(fed - voiced), heard)
+                    return Looks(True, samples_to_ms(fed - onset_sample), heard)
                 look_at = fed + ms_to_samples(self._recheck_ms)
-        return Looks(False, None, heard)
+        return Looks(False, None, heard, pending=look_at is not None)
 
 
 @dataclass
@@ -122,6 +142,13 @@ class Phrase:
     heard: set[str] = field(default_factory=set)
 
 
+def local_stt(over_answer_prompt: str = HUMS) -> SpeechToText:
+    """STT as ``cluster/local.yaml`` sets it up (greedy, 2 threads, a 3 s window)."""
+    return SpeechToText(
+        STTConfig(beam_size=1, cpu_threads=2, context_padding_s=3.0, over_answer_prompt=over_answer_prompt)
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, seed=1)
     parser.add_argument("--first-look-ms", type=int, nargs="+", default=[150, 300])
@@ -132,16 +159,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> None:
     tts = TextToSpeech()
-    settings = STTConfig(beam_size=1, cpu_threads=2, context_padding_s=3.0, over_answer_prompt=args.over_answer_prompt)
-    stt = SpeechToText(settings)
-    gate = Gate(stt, VoiceActivityDetector(), args.recheck_ms)
+    gate = Gate(local_stt(args.over_answer_prompt), VoiceActivityDetector(), args.recheck_ms)
     rng = np.random.default_rng(args.seed)
     said_here = list(phrases(args.phrases))
     report = {ms: {said: Phrase(kind) for kind, said in said_here} for ms in args.first_look_ms}
     for kind, said in said_here:
         for speech in renderings(tts, said, rng):
             for ms in args.first_look_ms:
-                looks, phrase = gate.look(speech, ms), report[ms][said]
+                looks, phrase = gate.look(*padded(speech), ms), report[ms][said]
                 phrase.renderings += 1
                 phrase.interrupts += looks.real
                 phrase.heard.update(looks.heard)
