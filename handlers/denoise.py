@@ -60,8 +60,9 @@ class NoiseReductionConfig(BaseModel):
     cpu_threads: int = Field(1, ge=1)
     wet: float = Field(0.5, ge=0.0, le=1.0)
     """The share of DTLN's output in what the VAD and STT hear; the rest is the caller's own
-    audio, as late. DTLN's whole output costs tiny.en words (its artefacts): half of it did
-    best of 0.5, 0.7 and 1 (``s2s-bench interruption-table --wet``, docs/bench/README.md,
+    audio, as late. DTLN's whole output costs tiny.en the most words (its artefacts; babble at
+    10 dB SNR: WER 40 % against 20 % raw); at half it is within a few words of raw
+    (``s2s-bench interruption-table --wer-only --wet 0.7 1.0``, docs/bench/README.md,
     "Interruptions by audio path and in noise")."""
 
 
