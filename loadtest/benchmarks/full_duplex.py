@@ -89,10 +89,12 @@ async def bench_phone(url: str, speaker: Speaker, said: Sequence[tuple[str, byte
     one call per round: the long question, then ``into_s`` into its answer as the phone plays
     it, what ``said`` holds (kind, μ-law audio): ``interruption`` rounds must get a ``clear``
     and a new answer, ``backchannel`` rounds neither. The phone stops playing at the
-    ``clear``: onset → ``clear`` is its stop latency."""
+    ``clear``; a paced answer's audio runs out sooner (the server stops sending at the
+    candidate, and Twilio holds at most the lead): onset → the last sound played before the
+    ``clear`` is its stop latency."""
     observe_s = 3.0
     silence = PCMU_SILENCE * PCMU.rate
-    to_clear, to_answer = [], []
+    to_clear, to_stop, to_answer = [], [], []
     taken = {"interruption": 0, "backchannel": 0}
     counts = {"interruption": 0, "backchannel": 0}
     question = to_mulaw(speaker.speech(LONG_QUESTION))
@@ -118,12 +120,13 @@ async def bench_phone(url: str, speaker: Speaker, said: Sequence[tuple[str, byte
                 answered_at = answer_after(call, playing)
         if cleared:
             to_clear.append((call.clears[clears] - onset) * 1000)
+            to_stop.append((last_played(call.played, onset, call.clears[clears]) - onset) * 1000)
         if kind == "interruption" and cleared and answered_at is not None:
             taken[kind] += 1
             to_answer.append((answered_at - speech_end) * 1000)
         elif kind == "backchannel" and (cleared or answered_at is not None):
             taken[kind] += 1
-        clear_ms = f"{to_clear[-1]:.0f} ms" if cleared else "none"
+        clear_ms = f"{to_clear[-1]:.0f} ms (last sound {to_stop[-1]:.0f} ms)" if cleared else "none"
         answer_ms = "none" if answered_at is None else f"{(answered_at - speech_end) * 1000:.0f} ms"
         print(f"  phone {kind} {index}: clear {clear_ms}, new answer {answer_ms}", flush=True)
     return {
@@ -136,9 +139,17 @@ async def bench_phone(url: str, speaker: Speaker, said: Sequence[tuple[str, byte
             "user_interruption_tor": rate(taken["interruption"], counts["interruption"]),
             "backchannel_tor": rate(taken["backchannel"], counts["backchannel"]),
             "onset_to_clear_ms": p50_p95(to_clear),
+            "onset_to_last_heard_ms": p50_p95(to_stop),
             "speech_end_to_answer_ms": p50_p95(to_answer),
         },
     }
+
+
+def last_played(played: Sequence[tuple[float, float]], onset: float, clear: float) -> float:
+    """When the caller last heard the answer before its ``clear`` (``onset`` if nothing
+    played after it)."""
+    ends = [min(began + seconds, clear) for began, seconds in played if began < clear]
+    return max([onset, *ends])
 
 
 def answer_after(call: TwilioCaller, playing: int) -> float | None:

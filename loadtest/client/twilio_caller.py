@@ -72,6 +72,8 @@ class TwilioCaller:
         self.answers: list[Answer] = [Answer()]
         self.clears: list[float] = []
         """When each ``clear`` arrived (``time.monotonic``)."""
+        self.played: list[tuple[float, float]] = []
+        """(when it began, seconds) of each ``media`` played: when the caller heard what."""
         self.closed: tuple[int, str] | None = None
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -174,6 +176,7 @@ class TwilioCaller:
                 self._echo(value)
                 continue
             self.answers[-1].audio += value
+            self.played.append((time.monotonic(), len(value) / 8000 / self._play_speed))
             await asyncio.sleep(len(value) / 8000 / self._play_speed)
 
     async def until(self, done: Callable[[], bool], timeout_s: float = 90.0) -> None:

@@ -105,3 +105,12 @@ async def test_each_round_asks_for_the_noise_reduction_in_its_session_update(ech
             assert sent.noise_reduction is None
         else:
             assert sent.noise_reduction.type == noise_reduction
+
+
+def test_the_phone_is_heard_until_its_last_sound_before_the_clear() -> None:
+    """A paced answer runs out before the ``clear``: the caller last hears the end of the
+    last frame played, cut at the ``clear`` if it was still playing then."""
+    played = [(10.0, 0.02), (10.02, 0.02), (10.04, 0.02)]  # the answer's last frames, ending 10.06
+    assert full_duplex.last_played(played, onset=10.0, clear=10.3) == pytest.approx(10.06)
+    assert full_duplex.last_played(played, onset=10.0, clear=10.05) == pytest.approx(10.05)
+    assert full_duplex.last_played(played, onset=10.1, clear=10.3) == 10.1, "silent from the onset on"
