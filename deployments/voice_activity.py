@@ -25,15 +25,14 @@ from ray.serve.handle import DeploymentHandle
 
 from cancel import spawn_detached
 from handlers.denoise import Denoiser, NoiseReductionConfig
-from handlers.listening import Hearing, Listener
+from handlers.listening import Heard, Hearing, Listener
 from handlers.synthetic import EnergyVoiceDetector, SyntheticConfig
-from handlers.vad import VADEvent, VoiceActivityDetector
+from handlers.vad import VoiceActivityDetector
 
 logger = logging.getLogger(__name__)
 
 VADCall = tuple[Hearing, np.ndarray]
-VADResult = tuple[Hearing, np.ndarray | None, list[VADEvent]]
-"""The session's states advanced, its audio denoised (``None``: not asked for), the VAD's boundaries."""
+VADResult = Heard
 RunBatch = Callable[[list[VADCall]], Awaitable[list[VADResult]]]
 
 
@@ -54,8 +53,7 @@ def in_process(listener: Listener) -> RunBatch:
     event loop goes on carrying sockets meanwhile)."""
 
     async def run(calls: list[VADCall]) -> list[VADResult]:
-        heard = await asyncio.to_thread(listener.listen_batch, calls)
-        return [(hearing, audio, events) for (hearing, _), (audio, events) in zip(calls, heard, strict=True)]
+        return await asyncio.to_thread(listener.listen_batch, calls)
 
     return run
 

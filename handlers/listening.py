@@ -23,8 +23,9 @@ class Hearing:
     noise: DenoiserState | None = None
 
 
-Heard = tuple[np.ndarray | None, list[VADEvent]]
-"""The denoised audio (``None``: not denoised, the audio as sent), and the VAD's boundaries."""
+Heard = tuple[Hearing, np.ndarray | None, list[VADEvent]]
+"""The session's states advanced, its audio denoised (``None``: not asked for, the audio as
+sent), and the VAD's boundaries."""
 
 
 class Listener:
@@ -38,4 +39,4 @@ class Listener:
         heard = [(hearing, audio, next(denoised) if hearing.noise is not None else None) for hearing, audio in calls]
         detecting = [(h.vad, audio if cleaned is None else cleaned) for h, audio, cleaned in heard if h.vad is not None]
         detected = iter(self._detector.detect_batch(detecting) if detecting else [])
-        return [(cleaned, next(detected) if hearing.vad is not None else []) for hearing, _, cleaned in heard]
+        return [(hearing, cleaned, next(detected) if hearing.vad is not None else []) for hearing, _, cleaned in heard]

@@ -200,8 +200,7 @@ class FakeStages:
         self.vad_calls += 1
         self.noise_reduced += hearing.noise is not None
         await asyncio.sleep(0)
-        heard, events = self._listener.listen_batch([(hearing, audio)])[0]
-        return hearing, heard, events
+        return self._listener.listen_batch([(hearing, audio)])[0]
 
     def end_of_turn(self, utterance: np.ndarray) -> FakeCall:
         call = FakeCall(lambda: self.complete_of(utterance), self.turn_end_gate)
