@@ -10,6 +10,7 @@ from handlers.audio import SPEECH_RATE
 from loadtest import cli
 from loadtest.benchmarks import interruption_table as table
 from loadtest.benchmarks.backchannel_words import Looks, onset, padded
+from loadtest.benchmarks.threshold_rules import best_rule
 
 
 def tone(seconds: float = 1.0, hz: float = 440.0) -> np.ndarray:
@@ -92,7 +93,7 @@ def test_the_rule_search_finds_the_threshold_that_separates_and_keeps_to_the_pre
         real = index % 2 == 0
         rows.append(({"voiced_ms": (200 if real else 60) + rng.normal(0, 20), "rms_db": rng.normal(-30, 5)}, real))
     rows.append((None, True))  # no onset heard: never taken
-    rule = table.best_rule(rows, min_precision=0.95)
+    rule = best_rule(rows, min_precision=0.95)
     assert rule.parts[0][:2] == ("voiced_ms", ">=") and 100 < rule.parts[0][2] < 160
     taken = [real for features, real in rows if rule(features)]
     assert sum(taken) / len(taken) >= 0.95 and sum(taken) >= 95
