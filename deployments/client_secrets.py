@@ -9,13 +9,18 @@ first ``session.update``). A phone call's TwiML carries a one-use secret bound t
 (:mod:`deployments.phone_calls`). Only the secret's keyed digest is kept, in the session
 store, so every ingress replica accepts it and a reader of the store holds nothing it can
 present. A secret never makes another secret: only the API key does.
+
+A phone call also has a standing grant (:meth:`ClientSecrets.keep_call`): what its next
+stream opens, the session it resumes or how the call ends. It is kept under the keyed digest
+of the call's ``CallSid``, so no value of it is ever handed out: only a stream that redeemed
+that call's one-use secret, or the call's own webhook, reads it.
 """
 
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +30,8 @@ PREFIX = "ek_"
 SECRET_BYTES = 32
 DEFAULT_TTL_S = 600
 MAX_SECRET_CHARS = 200
+CALL_GRANT_TTL_S = 4 * 3600
+"""A call's standing grant outlives any call: Twilio ends a call after 4 hours by default."""
 
 
 class ClientSecretGrant(TypedDict):
@@ -35,6 +42,11 @@ class ClientSecretGrant(TypedDict):
     one_use: bool
     call_sid: str
     """The phone call it is bound to (``""``: none)."""
+    resume_token: NotRequired[str]
+    """A call's standing grant: the token that resumes its session (``""``: none yet)."""
+    call_ending: NotRequired[str]
+    """A call's standing grant: how the call ends once its stream closes (``hang_up``,
+    ``transfer <number>``; ``""``: it goes on, on a new stream)."""
 
 
 class ExpiresAfter(BaseModel):
@@ -88,6 +100,22 @@ class ClientSecrets:
         if not is_client_secret(value):
             return None
         return await self._records.redeem_client_secret(await self._digests.of("client_secret", value), call_sid)
+
+    async def keep_call(self, call_sid: str, *, resume_token: str = "", call_ending: str = "") -> None:
+        """Keep what call ``call_sid``'s next stream opens: the session ``resume_token``
+        resumes, or the end of the call (``call_ending``)."""
+        grant: ClientSecretGrant = {
+            "session": {},
+            "one_use": False,
+            "call_sid": call_sid,
+            "resume_token": resume_token,
+            "call_ending": call_ending,
+        }
+        await self._records.add_client_secret(await self._digests.of("phone_call", call_sid), grant, CALL_GRANT_TTL_S)
+
+    async def call(self, call_sid: str) -> ClientSecretGrant | None:
+        """Call ``call_sid``'s standing grant (``None``: its first stream has not started)."""
+        return await self._records.redeem_client_secret(await self._digests.of("phone_call", call_sid), call_sid)
 
 
 def opens(grant: ClientSecretGrant, call_sid: str) -> bool:

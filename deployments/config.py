@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cancel import ScopePlacementConfig
+from deployments.realtime.call_control import CallControlConfig
 from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.recording_config import RecordingConfig
 from deployments.session_store import SessionStoreConfig
@@ -112,10 +113,11 @@ class WebRTCConfig(BaseModel):
     ice_servers: list[IceServer] = []
 
 
-class TwilioConfig(BaseModel):
-    """Phone calls through Twilio (``docs/telephony.md``)."""
+class TwilioConfig(CallControlConfig):
+    """Phone calls through Twilio (``docs/telephony.md``): what the calls do beyond the
+    conversation (:class:`CallControlConfig`), and how their webhook and streams are let in."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     auth_token_env: str | None = None
     """Name of an environment variable holding the Twilio account's auth token (a Secret in

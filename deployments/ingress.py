@@ -20,12 +20,14 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from cancel import spawn_detached
 from deployments import telemetry
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal, secret_from_env
 from deployments.app_status import RunningReplicas, metrics_urls_of_nodes
 from deployments.client_secret_route import ClientSecretRoute
-from deployments.config import IngressConfig, VADStage
+from deployments.config import IngressConfig, TwilioConfig, VADStage
 from deployments.handles import on_cluster_transport, transport_of
+from deployments.messages import TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.page import add_page
 from deployments.phone_calls import INCOMING_CALL_PATH, PhoneCalls
@@ -119,12 +121,28 @@ class RealtimeIngress:
         self._sessions.start_watch()  # Serve runs the constructor in the replica's event loop
         ice_servers = IceServers.from_config(config.webrtc.ice_servers)
         self._webrtc_calls = WebRTCCalls(self._access, self._sessions, self._serve, ice_servers)
-        self._phone_calls = PhoneCalls(
-            self._access, client_secrets, self._sessions, self._serve, config.instructions, config.twilio
-        )
+        self._phone_calls = PhoneCalls(self._access, client_secrets, self._store, self._sessions, self._serve, config)
         self._running_replicas = RunningReplicas(config.shutdown_poll_s)
         self._directory = SharedScopeDirectory(config.scope_placement())
         self._recordings = Recordings(config.recording, models_used, self._metrics.recording_limited)
+        self._warming = spawn_detached(self._warm_lines(config.twilio))
+
+    async def _warm_lines(self, calls: TwilioConfig) -> None:
+        """Make the audio of the lines every call may hear, so that a call's greeting waits on no model."""
+        silence = calls.hang_up_on_silence
+        lines = [line for line in (calls.greeting, silence.prompt if silence else None) if line]
+        if not lines:
+            return
+        try:
+            scope = await (await self._directory.get()).open_session()
+        except Exception:  # check_health reports the directory; calls make their lines themselves
+            logger.warning("no cancel scope to synthesise the calls' lines ahead", exc_info=True)
+            return
+        try:
+            await self._stages.lines.warm(lines, lambda text: self._stages.synthesize(TTSRequest(text, scope.ticket())))
+        finally:
+            with contextlib.suppress(Exception):
+                await scope.close()
 
     @api.get("/healthz")
     async def healthz(self) -> JSONResponse:
@@ -325,6 +343,7 @@ class RealtimeIngress:
         await transport.close(CLOSE_INTERNAL_ERROR, error.code)
 
     async def __del__(self) -> None:
+        self._warming.cancel()
         await self._sessions.close_all()
         await self._recordings.written()
         self._vad.close()

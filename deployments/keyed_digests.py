@@ -1,6 +1,6 @@
 """What the session store keeps of a secret: an HMAC under the server's session secret.
 
-Resume tokens, the API key and ephemeral client secrets are kept only as
+Resume tokens, the API key, ephemeral client secrets and phone calls' ids are kept only as
 HMAC-SHA256(session secret, purpose + secret). A reader of the store (anyone who can reach
 Redis, or a dump of it) then holds nothing it can present, and cannot test guesses of the
 API key against the records offline, as it could against a bare SHA-256.
@@ -18,7 +18,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-Purpose = Literal["resume_token", "api_key", "client_secret"]
+Purpose = Literal["resume_token", "api_key", "client_secret", "phone_call"]
 """Each kind of secret has its own digests: one never matches another kind's."""
 
 

@@ -21,13 +21,24 @@ from fastapi.responses import Response
 
 from deployments.access import Access, Admission, refusal, secret_from_env
 from deployments.client_secrets import ClientSecrets
-from deployments.config import TwilioConfig
+from deployments.config import IngressConfig
 from deployments.pending_streams import MadeRoom, PendingStreams
+from deployments.realtime.call_control import CallEnding
 from deployments.realtime.protocol import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER
+from deployments.realtime.recorder import StoredSession
 from deployments.realtime.transport import Transport
-from deployments.realtime.twilio import MEDIA_STREAM_PATH, BadStream, TwilioTransport, read_start, twiml_connect
+from deployments.realtime.twilio import (
+    MEDIA_STREAM_PATH,
+    BadStream,
+    CallPlan,
+    TwilioTransport,
+    read_start,
+    twiml_connect,
+    twiml_ending,
+)
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.session_opening import SessionOpening
+from deployments.session_store import SessionStore
 from deployments.twilio_signature import is_signed
 
 logger = logging.getLogger(__name__)
@@ -40,26 +51,48 @@ MAX_WEBHOOK_BYTES = 16 << 10
 """A voice webhook's form is well under 2 KB."""
 
 
+class StoredCall:
+    """A call's standing grant in the session store (:meth:`ClientSecrets.keep_call`), as
+    its stream's :class:`CallLine`: what the call's next webhook and stream find."""
+
+    def __init__(self, secrets: ClientSecrets, call_sid: str) -> None:
+        self._secrets, self._sid = secrets, call_sid
+
+    async def resumes_with(self, resume_token: str) -> None:
+        try:
+            await self._secrets.keep_call(self._sid, resume_token=resume_token)
+        except Exception:  # the call goes on; a new stream of it starts a new session
+            logger.exception("twilio call %s: the session store could not keep its session for a new stream", self._sid)
+
+    async def ends(self, ending: CallEnding) -> None:
+        try:
+            await self._secrets.keep_call(self._sid, call_ending=str(ending))
+        except Exception:
+            logger.exception("twilio call %s: the session store could not keep its end (%s)", self._sid, ending)
+
+
 class PhoneCalls:
     def __init__(
         self,
         access: Access,
         secrets: ClientSecrets,
+        store: SessionStore | None,
         sessions: ReplicaSessions,
         serve: Callable[[Transport, SessionOpening], Awaitable[None]],
-        instructions: str | None,
-        config: TwilioConfig,
+        config: IngressConfig,
     ) -> None:
-        """``serve``: runs a session on a transport; ``instructions``: the server's, which a
-        call's ``instructions`` parameter replaces."""
-        self._access, self._secrets, self._sessions, self._serve = access, secrets, sessions, serve
-        self._instructions = instructions
-        self._auth_token = secret_from_env(config.auth_token_env, "ingress.twilio.auth_token_env")
-        self._pending = PendingStreams(config.pending_streams)
+        """``serve``: runs a session on a transport; ``config``: the server's instructions
+        (which a call's ``instructions`` parameter replaces) and its ``twilio`` settings."""
+        self._access, self._secrets, self._store, self._sessions, self._serve = access, secrets, store, sessions, serve
+        self._instructions = config.instructions
+        self._config = config.twilio
+        self._auth_token = secret_from_env(self._config.auth_token_env, "ingress.twilio.auth_token_env")
+        self._pending = PendingStreams(self._config.pending_streams)
 
     async def incoming_call(self, request: Request) -> Response:
-        """TwiML connecting the call to this server's media stream, over ``wss``, with a
-        secret for that call's stream alone."""
+        """TwiML for the call: connected to this server's media stream, over ``wss``, with a
+        secret for that stream alone, and brought back here when the stream closes; or, once
+        its agent has ended it, hung up or dialled on."""
         body = (await request.body())[:MAX_WEBHOOK_BYTES].decode(errors="replace")
         params = dict(parse_qsl(body, keep_blank_values=True))  # Twilio posts a form
         refused = self._webhook_refusal(request, params)
@@ -67,13 +100,18 @@ class PhoneCalls:
             return refusal(403, "access_refused", refused)
         call_sid = params.get("CallSid") or request.query_params.get("CallSid", "")
         try:
+            held = await self._secrets.call(call_sid) if call_sid else None
+            ending = CallEnding.parse(held.get("call_ending", "")) if held is not None else None
+            if ending is not None:
+                return Response(twiml_ending(ending), media_type="text/xml")
             secret = await self._secrets.mint({}, STREAM_SECRET_TTL_S, one_use=True, call_sid=call_sid)
         except Exception:
             logger.exception("twilio call %s: the session store could not keep its stream's secret", call_sid)
             return refusal(503, "session_store_unavailable", "the session store cannot be reached")
         path = request.url.path.removesuffix(INCOMING_CALL_PATH) + MEDIA_STREAM_PATH  # under any route prefix
         stream_url = str(request.url.replace(scheme="wss", path=path, query="", username=None, password=None))
-        return Response(twiml_connect(stream_url, {SECRET_PARAMETER: secret.value}), media_type="text/xml")
+        twiml = twiml_connect(stream_url, {SECRET_PARAMETER: secret.value}, redirect_path=request.url.path)
+        return Response(twiml, media_type="text/xml")
 
     def _webhook_refusal(self, request: Request, params: dict[str, str]) -> str | None:
         if self._auth_token is not None:
@@ -113,8 +151,32 @@ class PhoneCalls:
             return
         self._sessions.admit()
         try:
-            instructions = start.parameters.get("instructions", self._instructions)
-            opening = SessionOpening(Admission(with_key=False, opening=grant["session"] if grant else {}))
-            await self._serve(TwilioTransport(websocket, start, instructions), opening)
+            try:
+                stored = await self._resumed(start.call_sid)
+            except Exception:
+                logger.exception("twilio call %s: the session store could not be asked for its session", start.call_sid)
+                await websocket.close(CLOSE_TRY_AGAIN_LATER, "session_store_unavailable")
+                return
+            greeting = start.parameters.get("greeting", self._config.greeting)
+            plan = CallPlan(
+                self._config.model_copy(update={"greeting": greeting or None}),
+                StoredCall(self._secrets, start.call_sid),
+                start.parameters.get("instructions", self._instructions),
+                resumed=stored is not None,
+            )
+            admission = Admission(with_key=False, opening=grant["session"] if grant else {})
+            await self._serve(TwilioTransport(websocket, start, plan), SessionOpening(admission, stored, True))
         finally:
             self._sessions.release()
+
+    async def _resumed(self, call_sid: str) -> StoredSession | None:
+        """The session of the call's last stream, if it had one (a stream closed by a drain,
+        a lost replica or the network): the call goes on where it was."""
+        held = await self._secrets.call(call_sid)
+        token = held.get("resume_token", "") if held is not None else ""
+        if not token or self._store is None:
+            return None
+        stored = await self._store.resumed_session(token, with_key=False)
+        if stored is None:
+            logger.warning("twilio call %s: its session could not be resumed (expired): a new one starts", call_sid)
+        return stored

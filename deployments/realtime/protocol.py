@@ -16,6 +16,7 @@ from openai.types.realtime import RealtimeClientEvent, RealtimeErrorEvent
 from openai.types.realtime.realtime_error import RealtimeError
 from pydantic import ValidationError
 
+CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY_VIOLATION = 1008
 CLOSE_INTERNAL_ERROR = 1011

@@ -130,6 +130,19 @@ class Responder:
     ) -> ResponseRun:
         return self.start(self.new_run(prompt, timeline, options))
 
+    def say(self, words: str) -> ResponseRun:
+        """Say ``words`` as they are, without the LLM: a response like any other (a barge-in
+        stops it, the conversation keeps what was heard), said as one piece, so a line said
+        on every call is one TTS request whose audio the ingress can keep ready
+        (``serve_stages.SpokenLines``)."""
+        timeline = Timeline()
+        timeline.mark("requested")
+        no_prompt: asyncio.Future[list[ChatMessage]] = asyncio.get_running_loop().create_future()
+        no_prompt.set_result([])
+        run = self.new_run(no_prompt, timeline)
+        run.script = words
+        return self.start(run)
+
     def show(self, run: ResponseRun) -> None:
         """The held ``run`` (current by now) is the answer: its outputs join the
         conversation and its events go out; if it ended while held, it ends now."""
@@ -185,19 +198,8 @@ class Responder:
 
     async def _run(self, run: ResponseRun) -> None:
         try:
-            messages = await self._conversation.fit(
-                await run.prompt, self._settings.prompt_budget_tokens, self._stages.fit
-            )
-            run.timeline.mark("prompt_ready")
+            messages = await self._prompt(run) if run.script is None else None
             ticket = self._scope.ticket(run.generation)
-            options = run.options
-            llm_stage = run.timeline.stage("llm_node")
-            bound = self._settings.answer_tokens if options.max_output_tokens is None else None
-            request = LLMRequest(
-                messages, ticket, run.id, options.max_output_tokens, options.tools, llm_stage.carrier, bound
-            )
-            llm = self._stages.generate(request)
-            run.streams.add(llm)
             events = ResponseEvents(self._outbox, run)
             sink = answer_sink(
                 run,
@@ -213,7 +215,8 @@ class Responder:
             )
             calls = FunctionCalls(run, events, self._outbox, lambda call: self._announce(run, call))
             try:
-                async with contextlib.aclosing(_pieces(llm, sink, run)) as pieces:
+                outputs = _said(run.script) if messages is None else self._generated(run, messages, ticket, sink)
+                async with contextlib.aclosing(outputs) as pieces:
                     async for piece in pieces:
                         if not isinstance(piece, str):
                             await sink.played()  # outputs go out one after another
@@ -222,7 +225,6 @@ class Responder:
                         if not any(item is run.answer for item in run.outputs):
                             self._announce(run, run.answer)
                         await sink.add(piece)
-                llm_stage.end()
                 await sink.played()
             finally:
                 sink.stop()
@@ -238,6 +240,26 @@ class Responder:
             self._fail(run, exc if isinstance(exc, StageFailure) else None)
         else:
             self._finish(run)
+
+    async def _prompt(self, run: ResponseRun) -> list[ChatMessage]:
+        """The run's prompt, made to fit the LLM's context."""
+        messages = await self._conversation.fit(await run.prompt, self._settings.prompt_budget_tokens, self._stages.fit)
+        run.timeline.mark("prompt_ready")
+        return messages
+
+    def _generated(
+        self, run: ResponseRun, messages: list[ChatMessage], ticket: ScopeTicket, sink: AnswerSink
+    ) -> AsyncGenerator[str | FunctionCallStarted | FunctionCallArguments, None]:
+        """The LLM's answer to ``messages``, in the sink's pieces."""
+        options = run.options
+        llm_stage = run.timeline.stage("llm_node")
+        bound = self._settings.answer_tokens if options.max_output_tokens is None else None
+        request = LLMRequest(
+            messages, ticket, run.id, options.max_output_tokens, options.tools, llm_stage.carrier, bound
+        )
+        llm = self._stages.generate(request)
+        run.streams.add(llm)
+        return _pieces(llm, sink, run, llm_stage.end)
 
     def _announce(self, run: ResponseRun, item: Item) -> None:
         """``item`` is the run's next output: the client (and the conversation) get it."""
@@ -291,8 +313,13 @@ class Responder:
             callback(run)
 
 
+async def _said(words: str | None) -> AsyncGenerator[str, None]:
+    """A scripted answer (``ResponseRun.script``), as one piece."""
+    yield words or ""
+
+
 async def _pieces(
-    outputs: StageStream[LLMOutput], sink: AnswerSink, run: ResponseRun
+    outputs: StageStream[LLMOutput], sink: AnswerSink, run: ResponseRun, llm_done: Callable[[], None]
 ) -> AsyncGenerator[str | FunctionCallStarted | FunctionCallArguments, None]:
     """The LLM's outputs as the responder takes them: text in the sink's pieces, function
     calls as they are; an answer cut at its token cap is marked so, and its unfinished
@@ -312,3 +339,4 @@ async def _pieces(
     for piece in sink.flush(run.cut_at_cap):
         timeline.mark("first_piece")
         yield piece
+    llm_done()

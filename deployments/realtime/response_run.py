@@ -46,6 +46,8 @@ class ResponseRun:
     options: ResponseOptions = ResponseOptions()
     follows: str | None = None
     """The item a held run's first output follows once shown (the user's turn)."""
+    script: str | None = None
+    """Words said as they are, without the LLM (a call's greeting; ``None``: the LLM answers)."""
     outputs: list[Item] = field(default_factory=list)
     """The items announced so far, in output order: the answer, function calls."""
     status: Status = "in_progress"

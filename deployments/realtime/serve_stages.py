@@ -5,13 +5,14 @@ detector in the ingress or sends one batched call per tick to the VAD deployment
 """
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from ray.serve.handle import DeploymentHandle
 
 from deployments.messages import LLMRequest, TTSRequest
+from deployments.realtime.spoken_lines import SpokenLines
 from deployments.realtime.stages import StageCall, StageStream
 from deployments.telemetry import Carrier
 from deployments.voice_activity import VADBatcher, VADResult
@@ -32,6 +33,8 @@ class ServeStages:
     stt: DeploymentHandle[Any]
     llm: DeploymentHandle[Any]
     tts: DeploymentHandle[Any]
+    lines: SpokenLines = field(default_factory=SpokenLines)
+    """The server's own lines, whose audio the replica keeps (a call's greeting)."""
 
     def listen(self, hearing: Hearing, audio: np.ndarray) -> Awaitable[VADResult]:
         return self.vad.listen(hearing, audio)
@@ -57,4 +60,6 @@ class ServeStages:
         return self.llm.options(stream=True).stream.remote(request)  # type: ignore[return-value]
 
     def synthesize(self, request: TTSRequest) -> StageStream[bytes]:
+        if (kept := self.lines.kept(request.text)) is not None:
+            return kept
         return self.tts.options(stream=True).synthesize.remote(request)  # type: ignore[return-value]

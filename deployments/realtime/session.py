@@ -68,7 +68,7 @@ from deployments.realtime.session_record import item_from_record
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
-from deployments.realtime.transport import CallerAudio, CallerInput, CallerMessage, ClientLeft, Transport
+from deployments.realtime.transport import AgentLine, CallerAudio, CallerInput, CallerMessage, ClientLeft, Transport
 from deployments.realtime.turns import TurnTaker
 
 logger = logging.getLogger(__name__)
@@ -279,9 +279,11 @@ class RealtimeSession:
 
     async def _send(self, event: OpenAIModel) -> None:
         """Send ``event``. A draining session's client leaves at its turn's end
-        (``response.done``) and resumes elsewhere at once, so that event waits until the
-        record holds everything before it: the resume then finds the whole turn."""
-        if self._draining and self._recorder is not None and isinstance(event, ResponseDoneEvent):
+        (``response.done``), or at once between turns (``session.draining``), and resumes
+        elsewhere, so those events wait until the record holds everything before them: the
+        resume then finds the whole turn."""
+        leaving_cue = isinstance(event, ResponseDoneEvent | SessionDrainingEvent)
+        if self._draining and self._recorder is not None and leaving_cue:
             await self._recorder.flushed()
         await self._transport.send(event)
 
@@ -315,6 +317,10 @@ class RealtimeSession:
             if isinstance(message, CallerMessage):
                 await self._guard.admit_event(message.size)
                 message.serve()
+                return
+            if isinstance(message, AgentLine):
+                if self._responder.current is None:
+                    self._responder.say(message.text)
                 return
             size = len(message) if isinstance(message, bytes) or message.isascii() else len(message.encode())
             await self._guard.admit_event(size)

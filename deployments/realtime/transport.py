@@ -48,7 +48,16 @@ class CallerMessage:
     refuses (a strike: its peer hears no ``error``, and a real one never sends it)."""
 
 
-CallerInput = CallerAudio | CallerMessage
+@dataclass(frozen=True, slots=True)
+class AgentLine:
+    """Words the transport's side has the agent say as they are (a phone call's greeting,
+    its prompt after a silence), unless an answer is under way. Made by the server, never
+    sent by a caller: no budget of the caller's is spent on it."""
+
+    text: str
+
+
+CallerInput = CallerAudio | CallerMessage | AgentLine
 
 
 class Transport(Protocol):

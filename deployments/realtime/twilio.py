@@ -30,22 +30,26 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
-from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent
+from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent, SessionCreatedEvent
 
 from deployments.realtime.audio_out import AnswerAudio
+from deployments.realtime.call_control import Action, CallControl, CallControlConfig, CallEnding, CallLine, Say
 from deployments.realtime.keypad import Keypad
 from deployments.realtime.limits import Violation
 from deployments.realtime.playout import audio_ms
-from deployments.realtime.transport import CallerAudio, CallerInput, CallerMessage, ClientLeft, send_text
+from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART, SessionDrainingEvent
+from deployments.realtime.transport import AgentLine, CallerAudio, CallerInput, CallerMessage, ClientLeft, send_text
 from deployments.realtime.wire_audio import PCMU, AnswerEncoder
 
 logger = logging.getLogger(__name__)
 
 MEDIA_STREAM_PATH = "/v1/twilio/media-stream"
+DONE_MARK = "response.done"
+"""The mark after each answer's audio: ``response.done <id> <status>``."""
 START_TIMEOUT_S = 5.0
 """Twilio sends ``connected`` and ``start`` as the stream opens; a client that does not is
 no Twilio stream, and holds one of the ingress's requests until then."""
@@ -110,13 +114,22 @@ def _parsed(text: str) -> dict[str, Any]:
     return message
 
 
-def twiml_connect(stream_url: str, parameters: dict[str, str]) -> str:
-    """The TwiML that answers a call by connecting it to ``stream_url`` (bidirectional)."""
+def twiml_connect(stream_url: str, parameters: dict[str, str], redirect_path: str | None = None) -> str:
+    """The TwiML that answers a call by connecting it to ``stream_url`` (bidirectional).
+    With ``redirect_path`` (the voice webhook's), a stream that closes while the call goes
+    on brings the call back to the webhook, which knows how it goes on."""
     tags = "".join(f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in parameters.items())
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>'
-        f"<Response><Connect><Stream url={quoteattr(stream_url)}>{tags}</Stream></Connect></Response>"
-    )
+    then = f'<Redirect method="POST">{escape(redirect_path)}</Redirect>' if redirect_path is not None else ""
+    return _twiml(f"<Connect><Stream url={quoteattr(stream_url)}>{tags}</Stream></Connect>{then}")
+
+
+def twiml_ending(ending: CallEnding) -> str:
+    """The TwiML that ends a call as its agent decided: hung up, or dialled on."""
+    return _twiml("<Hangup/>" if ending.how == "hang_up" else f"<Dial>{escape(ending.to)}</Dial>")
+
+
+def _twiml(verbs: str) -> str:
+    return f'<?xml version="1.0" encoding="UTF-8"?><Response>{verbs}</Response>'
 
 
 class TwilioAudio:
@@ -215,30 +228,58 @@ class SendMessage:
             raise
 
 
-class TwilioTransport:
-    """One Twilio media stream as the session's transport."""
+@dataclass(frozen=True)
+class CallPlan:
+    """How one stream of a call opens, and what the call does beyond the conversation."""
 
-    def __init__(self, websocket: WebSocket, start: StreamStart, instructions: str | None) -> None:
+    control: CallControlConfig
+    """With the call's own greeting, if its TwiML gave one."""
+    line: CallLine
+    instructions: str | None
+    """The call's system prompt (``None``: the server's)."""
+    resumed: bool = False
+    """The stream resumes the call's session: it has its settings, and has been greeted."""
+
+
+class TwilioTransport:
+    """One Twilio media stream as the session's transport, and the call's client: it opens
+    the session with the call's settings and greeting, and acts on what the call's control
+    finds due (:mod:`deployments.realtime.call_control`)."""
+
+    def __init__(self, websocket: WebSocket, start: StreamStart, plan: CallPlan) -> None:
         self._ws = websocket
         self.start = start
         self._log = CallLog(start.call_sid)
         self._send = SendMessage(websocket, self._log)
         self.audio = TwilioAudio(self._send, start.stream_sid)
         self._keypad = Keypad()
-        session: dict[str, Any] = {
-            "type": "realtime",
-            "audio": {"input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcmu"}}},
-        }
-        if instructions is not None:
-            session["instructions"] = instructions
-        self._pending: deque[str | CallerInput] = deque([json.dumps({"type": "session.update", "session": session})])
-        """The call's opening settings, Twilio's messages as taken, and keypad entries."""
+        self._line = plan.line
+        self._control = CallControl(plan.control)
+        self._pending: deque[str | CallerInput] = deque()
+        """The call's opening, Twilio's messages as taken, keypad entries and lines to say."""
+        if not plan.resumed:
+            self._pending.append(json.dumps({"type": "session.update", "session": self._settings(plan)}))
+            if plan.control.greeting:
+                self._pending.append(AgentLine(plan.control.greeting))
+
+    def _settings(self, plan: CallPlan) -> dict[str, Any]:
+        pcmu = {"format": {"type": "audio/pcmu"}}
+        session: dict[str, Any] = {"type": "realtime", "audio": {"input": pcmu, "output": pcmu}}
+        if plan.instructions is not None:
+            session["instructions"] = plan.instructions
+        if tools := self._control.tools():
+            session["tools"] = tools
+        return session
 
     async def receive(self) -> str | CallerInput:
         while not self._pending:
-            wait_s = self._keypad.wait_s()
+            action = self._control.due()
+            if action is not None:
+                await self._act(action)
+                continue
+            waits = [wait for wait in (self._keypad.wait_s(), self._control.wait_s()) if wait is not None]
             try:
-                async with asyncio.timeout(wait_s):
+                async with asyncio.timeout(min(waits, default=None)):
                     message = await self._ws.receive()
             except TimeoutError:
                 self._pending.extend(self._keypad.flush())
@@ -251,6 +292,19 @@ class TwilioTransport:
                 raise ClientLeft
             self._pending.append(self._taken(message.get("text") or message.get("bytes") or ""))
         return self._pending.popleft()
+
+    async def _act(self, action: Action) -> None:
+        """Say a line, or close the stream: ending the call (its next webhook finds how) or
+        leaving a draining replica (its next stream resumes the session)."""
+        if isinstance(action, Say):
+            self._pending.append(AgentLine(action.text))
+            return
+        if isinstance(action, CallEnding):
+            await self._line.ends(action)
+            await self.close(CLOSE_NORMAL, str(action))
+        else:
+            await self.close(CLOSE_SERVICE_RESTART, "draining: the call goes on on a new stream")
+        raise ClientLeft
 
     def _taken(self, text: str | bytes) -> CallerInput:
         """One of Twilio's messages, for the session's guard to admit (``ClientLeft`` for ``stop``)."""
@@ -269,7 +323,7 @@ class TwilioTransport:
             name = _field(message, "mark", "name")
             if not isinstance(name, str):
                 return CallerMessage(size, _refused("a mark message without mark.name"))
-            return CallerMessage(size, lambda: self.audio.echoed(name))
+            return CallerMessage(size, lambda: self._echoed(name))
         if event == "dtmf":
             digit = _field(message, "dtmf", "digit")
             if not isinstance(digit, str) or digit not in DIGITS:
@@ -282,17 +336,31 @@ class TwilioTransport:
             return CallerMessage(size, lambda: None)
         return CallerMessage(size, _refused(f"an event {str(event)[:40]!r} Twilio does not send"))
 
+    def _echoed(self, name: str) -> None:
+        if name.startswith(DONE_MARK):
+            self._control.played(name.split(" ")[1] if name.count(" ") == 2 else "")
+        else:
+            self.audio.echoed(name)
+
     async def send(self, event: OpenAIModel) -> None:
         """Twilio takes no Realtime events: a ``response.done`` becomes a mark after the
         answer's audio (``response.done <id> <status>``: echoed once it has played), and an
-        error is logged against the call (:class:`CallLog`)."""
-        if isinstance(event, ResponseDoneEvent):
+        error is logged against the call (:class:`CallLog`). The call's control sees them
+        all; ``session.created``'s resume token is kept for the call's next stream."""
+        self._control.seen(event)
+        if isinstance(event, SessionDrainingEvent) and (action := self._control.due()) is not None:
+            await self._act(action)  # between turns: the call leaves now
+        if isinstance(event, SessionCreatedEvent):
+            token = getattr(event.session, "resume_token", None)
+            if token:
+                await self._line.resumes_with(token)
+        elif isinstance(event, ResponseDoneEvent):
             response = event.response
             await self._send(
                 {
                     "event": "mark",
                     "streamSid": self.start.stream_sid,
-                    "mark": {"name": f"response.done {response.id} {response.status}"},
+                    "mark": {"name": f"{DONE_MARK} {response.id} {response.status}"},
                 }
             )
         elif isinstance(event, RealtimeErrorEvent):

@@ -295,9 +295,10 @@ class FakeSocket:
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self.closed = (code, reason)
         self.incoming.put_nowait({"type": "websocket.disconnect", "code": code})
+        self._arrived.set()
 
     async def until(self, condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-        """Until ``condition()`` holds, looked at again as each message is sent."""
+        """Until ``condition()`` holds, looked at again as each message is sent and at the close."""
         async with asyncio.timeout(timeout_s):
             while not condition():
                 self._arrived.clear()

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 
 from deployments.access import Access
 from deployments.client_secrets import ClientSecrets
-from deployments.config import TwilioConfig
+from deployments.config import IngressConfig, TwilioConfig
 from deployments.keyed_digests import KeyedDigests
 from deployments.pending_streams import MadeRoom, PendingStreams
 from deployments.phone_calls import INCOMING_CALL_PATH, SECRET_PARAMETER, PhoneCalls
@@ -43,10 +43,10 @@ def phone_app(secrets: ClientSecrets, key: str | None, auth_token_env: str | Non
     calls = PhoneCalls(
         Access(key.encode() if key else None, None, secrets),
         secrets,
+        None,
         None,  # type: ignore[arg-type]  # the webhook admits no session
         None,  # type: ignore[arg-type]
-        None,
-        TwilioConfig(auth_token_env=auth_token_env),
+        IngressConfig(twilio=TwilioConfig(auth_token_env=auth_token_env)),
     )
     app = FastAPI()
 

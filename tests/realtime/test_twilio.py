@@ -9,19 +9,36 @@ from xml.etree import ElementTree
 import pytest
 from fakes import FakeSocket, FakeStages, Harness, in_format, send_audio, speech
 
+from deployments.realtime.call_control import CallControlConfig, CallEnding
 from deployments.realtime.keypad import Keypad
-from deployments.realtime.twilio import StreamStart, TwilioTransport, twiml_connect
+from deployments.realtime.twilio import CallPlan, StreamStart, TwilioTransport, twiml_connect
 from deployments.realtime.wire_audio import PCM16, PCMU
 
 QUESTION = 2
 
 
+class KeptCall:
+    """What a call's stream leaves for its next webhook and stream (the store's, in the server)."""
+
+    def __init__(self) -> None:
+        self.resume_tokens: list[str] = []
+        self.endings: list[CallEnding] = []
+
+    async def resumes_with(self, resume_token: str) -> None:
+        self.resume_tokens.append(resume_token)
+
+    async def ends(self, ending: CallEnding) -> None:
+        self.endings.append(ending)
+
+
 class Call:
     """One Twilio call: the stream's socket as Twilio's side of it."""
 
-    def __init__(self, socket: FakeSocket, stream_sid: str) -> None:
-        self.socket, self.sid = socket, stream_sid
+    def __init__(self, socket: FakeSocket, stream_sid: str, line: KeptCall) -> None:
+        self.socket, self.sid, self.line = socket, stream_sid, line
         self.sequence = 0
+        self.echoed = 0
+        """Marks Twilio's side has echoed so far (``test_call_control.play_out``)."""
 
     def says(self, event: str, **fields: Any) -> None:
         self.sequence += 1
@@ -45,13 +62,21 @@ class Call:
         return sum(len(base64.b64decode(m["media"]["payload"])) for m in self.heard("media")) / 8
 
 
-def twilio_harness(stages: FakeStages, name: str, instructions: str | None = None) -> tuple[Harness, Call]:
+NO_GREETING = CallControlConfig(greeting=None)
+
+
+def twilio_harness(
+    stages: FakeStages, name: str, control: CallControlConfig = NO_GREETING, **session: Any
+) -> tuple[Harness, Call]:
+    line = KeptCall()
+    plan = CallPlan(control, line, None)
     harness = Harness(
         stages,
         name,
-        transport=lambda socket: TwilioTransport(socket, StreamStart(f"MZ{name}", f"CA{name}"), instructions),
+        transport=lambda socket: TwilioTransport(socket, StreamStart(f"MZ{name}", f"CA{name}"), plan),
+        **session,
     )  # type: ignore[arg-type]
-    return harness, Call(harness.socket, f"MZ{name}")
+    return harness, Call(harness.socket, f"MZ{name}", line)
 
 
 async def test_calls_hear_the_caller_in_mulaw_and_answer_in_media_each_with_a_mark() -> None:

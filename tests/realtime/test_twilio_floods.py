@@ -8,14 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fakes import FakeStages, Harness, speech
+from fakes import FakeStages, speech
 from test_twilio import Call, twilio_harness
 
 from deployments.config import InputLimits
 from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.keypad import MAX_ENTRY_DIGITS, Keypad
 from deployments.realtime.limits import Violation
-from deployments.realtime.twilio import LOGGED_PROBLEMS, MAX_PENDING_MARKS, StreamStart, TwilioAudio, TwilioTransport
+from deployments.realtime.twilio import LOGGED_PROBLEMS, MAX_PENDING_MARKS, TwilioAudio
 from deployments.realtime.wire_audio import PCMU
 
 FLOOD = 5000
@@ -67,13 +67,11 @@ async def test_bad_messages_a_call_survives_are_logged_a_few_then_counted_as_it_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stages = FakeStages()
-    harness = Harness(
+    harness, call = twilio_harness(
         stages,
         "noisy",
-        transport=lambda socket: TwilioTransport(socket, StreamStart("MZnoisy", "CAnoisy"), None),  # type: ignore[arg-type]
         limits=InputLimits(strikes=10 * FLOOD, event_burst=10 * FLOOD),  # survives: only the log is looked at
     )
-    call = Call(harness.socket, "MZnoisy")
     async with harness:
         for _ in range(1000):
             not_json(call)
