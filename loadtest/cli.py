@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "two-node": "loadtest.scenarios.two_node",
     "soak": "loadtest.scenarios.soak",
     "disruption": "loadtest.scenarios.disruption",
+    "phone-rollout": "loadtest.scenarios.phone_rollout",
     "cluster-swap": "loadtest.scenarios.cluster_swap",
 }
 

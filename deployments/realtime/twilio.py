@@ -147,8 +147,6 @@ class TwilioAudio:
         """Marks sent and not yet echoed: name -> (response id, ms of it played by then)."""
         self._played_ms: dict[str, float] = {}
         self._next_mark = 0
-        self._unplayed = False
-        """Audio went out since the last ``clear``."""
 
     async def play(self, frame: AnswerAudio) -> None:
         if frame.response_id not in self._sent_ms:  # a new answer: the last one's counts go
@@ -165,7 +163,6 @@ class TwilioAudio:
         self._marks[name] = (frame.response_id, end_ms)
         if len(self._marks) > MAX_PENDING_MARKS:
             del self._marks[next(iter(self._marks))]
-        self._unplayed = True
         await self._send({"event": "mark", "streamSid": self._sid, "mark": {"name": name}})
 
     def echoed(self, name: str) -> None:
@@ -179,11 +176,13 @@ class TwilioAudio:
         pass  # Twilio plays out what it holds
 
     async def clear(self) -> None:
-        """Empty Twilio's buffer; the marks it then echoes are of audio never played."""
+        """Empty Twilio's buffer, unless every mark came back (it has played all it holds:
+        a turn that follows a whole answer sends nothing); the marks it then echoes are of
+        audio never played."""
+        unplayed = bool(self._marks)
         self._marks.clear()
         self._encoder.reset()
-        if self._unplayed:
-            self._unplayed = False
+        if unplayed:
             await self._send({"event": "clear", "streamSid": self._sid})
 
     def pause(self, paused: bool) -> None:

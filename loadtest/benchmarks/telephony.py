@@ -2,12 +2,14 @@
 the serving-layer server (``make serve-loadtest``: synthetic engines, tone questions).
 
 Each call is Twilio's side of a stream (:class:`TwilioCaller`), played in real time as a
-phone plays it. A call asks a question, and hears the answer to its end (the server's
-``response.done`` mark echoed), or, for a share ``--interrupt-rate`` of them, asks the next
-question over it: the server must ``clear`` the call. The report gives voice-to-voice (end of
-the question's audio to the answer's first ``media``), how long after the barge-in's onset the
-``clear`` came, and every call that failed, as one JSON object; run ``s2s-bench cpu``
-beside it for the server's CPU per session-second, to set beside the Realtime route's.
+phone plays it. A call hears the server's greeting to its end, then asks a question, and
+hears the answer to its end (the server's ``response.done`` mark echoed), or, for a share
+``--interrupt-rate`` of them, asks the next question over it: the server must ``clear`` the
+call. The report gives the greeting's latency (``start`` to its first ``media``),
+voice-to-voice (end of the question's audio to the answer's first ``media``), how long after
+the barge-in's onset the ``clear`` came, and every call that failed, as one JSON object; run
+``s2s-bench cpu`` beside it for the server's CPU per session-second, to set beside the
+Realtime route's.
 
     s2s-bench telephony --url ws://127.0.0.1:8000/v1 --sessions 50 --duration-s 120
 """
@@ -46,6 +48,8 @@ class Calls:
     """What every call measured, for the report."""
 
     def __init__(self) -> None:
+        self.greeting_ms: list[float] = []
+        """``start`` to the greeting's first ``media``."""
         self.voice_to_voice_ms: list[float] = []
         self.clear_after_onset_ms: list[float] = []
         self.answers = 0
@@ -64,6 +68,10 @@ async def call(
 ) -> None:
     try:
         async with TwilioCaller.dial(url, parameters, name=name) as caller:
+            if parameters.get("greeting") != "":  # the server greets first: the caller listens to the end
+                await caller.until(lambda: caller.answers[0].first_audio_at is not None, ANSWER_TIMEOUT_S)
+                calls.greeting_ms.append((caller.answers[0].first_audio_at or 0.0) * 1000 - caller.started_at * 1000)
+                await caller.until_answered(1, ANSWER_TIMEOUT_S)
             while time.monotonic() < deadline:
                 await caller.say(mulaw_question(rng.randint(1, MAX_QUESTION)))
                 said_at = time.monotonic()  # the question's sound has all been sent, in real time
@@ -97,9 +105,11 @@ async def run(
     interrupt_rate: float,
     seed: int,
     api_key: str | None = None,
+    greeted: bool = True,
 ) -> dict[str, Any]:
     """``api_key``: the server's, with which each call asks the voice webhook for its TwiML
-    (whose one-use secret opens its stream), as Twilio does."""
+    (whose one-use secret opens its stream), as Twilio does; ``greeted``: the calls hear the
+    server's greeting first (else each asks for none)."""
     stream_url = f"{url.rstrip('/')}/twilio/media-stream"
     calls = Calls()
     deadline = time.monotonic() + ramp_s + duration_s
@@ -111,6 +121,7 @@ async def run(
         webhook = f"{url.rstrip('/').replace('ws', 'http', 1)}/twilio/incoming-call"
         try:
             parameters = await stream_parameters(webhook, name, api_key) if api_key is not None else {}
+            parameters |= {} if greeted else {"greeting": ""}
         except Exception as exc:  # this call fails; the others go on
             calls.failures.append(f"{name}: the webhook: {type(exc).__name__}: {str(exc)[:200]}")
             return
@@ -122,6 +133,7 @@ async def run(
         "sessions": sessions,
         "duration_s": duration_s,
         "answers": calls.answers,
+        "greeting_ms": {"p50": percentile(calls.greeting_ms, 50), "p95": percentile(calls.greeting_ms, 95)},
         "voice_to_voice_ms": {
             "p50": percentile(calls.voice_to_voice_ms, 50),
             "p95": percentile(calls.voice_to_voice_ms, 95),
@@ -141,10 +153,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser, url="ws://127.0.0.1:8000/v1", sessions=10, duration_s=60.0, ramp_s=10.0, interrupt_rate=0.3, seed=0
     )
     parser.add_argument("--api-key-env", help="the variable holding the server's API key, if it has one")
+    parser.add_argument(
+        "--no-greeting", action="store_true", help="the calls ask for no greeting (a server that has none)"
+    )
 
 
 def main(args: argparse.Namespace) -> None:
     api_key = os.environ[args.api_key_env] if args.api_key_env else None
     arguments = (args.url, args.sessions, args.duration_s, args.ramp_s, args.interrupt_rate, args.seed, api_key)
-    report = asyncio.run(run(*arguments))
+    report = asyncio.run(run(*arguments, greeted=not args.no_greeting))
     print(json.dumps(report))

@@ -43,10 +43,39 @@ def call_sid(name: str) -> str:
     return f"CA{name}"
 
 
-async def stream_parameters(webhook_url: str, name: str, api_key: str | None) -> dict[str, str]:
-    """What Twilio does as call ``name`` comes in: ask the voice webhook (with the API key
-    as HTTP basic auth, as a number's webhook URL carries it) and read the stream's
-    ``<Parameter>``s from its TwiML."""
+@dataclass(frozen=True)
+class TwiML:
+    """What a voice webhook's TwiML tells Twilio to do, in the verbs this server writes."""
+
+    stream_url: str | None = None
+    """``<Connect><Stream url>``: the media stream to open."""
+    parameters: dict[str, str] = field(default_factory=dict)
+    """Its ``<Parameter>``s, the stream's ``customParameters``."""
+    redirect: str | None = None
+    """``<Redirect>`` after the stream: where Twilio asks next once the server closes it."""
+    ending: str | None = None
+    """``hang_up`` (``<Hangup/>``) or ``dial <number>`` (``<Dial>``): how the call ends."""
+
+
+def read_twiml(text: bytes) -> TwiML:
+    response = ElementTree.fromstring(text)
+    if response.find("Hangup") is not None:
+        return TwiML(ending="hang_up")
+    if (dial := response.find("Dial")) is not None:
+        return TwiML(ending=f"dial {(dial.text or '').strip()}")
+    stream = response.find("Connect/Stream")
+    if stream is None:
+        raise ConnectionError("the webhook's TwiML connects no stream, and neither hangs up nor dials")
+    parameters = {str(p.get("name")): str(p.get("value")) for p in stream.findall("Parameter")}
+    redirect = response.find("Redirect")
+    return TwiML(
+        stream.get("url"), parameters, redirect.text.strip() if redirect is not None and redirect.text else None
+    )
+
+
+async def ask_webhook(webhook_url: str, name: str, api_key: str | None) -> TwiML:
+    """What Twilio does as call ``name`` comes in, or is redirected: ask the voice webhook
+    (with the API key as HTTP basic auth, as a number's webhook URL carries it) for TwiML."""
     form = urllib.parse.urlencode({"CallSid": call_sid(name), "From": "+15550100"}).encode()
     request = urllib.request.Request(webhook_url, data=form, method="POST")
     if api_key is not None:
@@ -56,10 +85,44 @@ async def stream_parameters(webhook_url: str, name: str, api_key: str | None) ->
         with urllib.request.urlopen(request, timeout=30) as response:
             return bytes(response.read())
 
-    stream = ElementTree.fromstring(await asyncio.to_thread(ask)).find("Connect/Stream")
-    if stream is None:
-        raise ConnectionError("the webhook's TwiML connects no stream")
-    return {str(p.get("name")): str(p.get("value")) for p in stream.findall("Parameter")}
+    return read_twiml(await asyncio.to_thread(ask))
+
+
+async def stream_parameters(webhook_url: str, name: str, api_key: str | None) -> dict[str, str]:
+    """The stream's ``<Parameter>``s from the TwiML that answers call ``name``."""
+    return (await ask_webhook(webhook_url, name, api_key)).parameters
+
+
+class TwilioCall:
+    """One whole call as Twilio places it: the webhook's TwiML, followed verb by verb. The
+    call's first TwiML connects a stream; when the server closes a stream (a drain, a lost
+    replica) with the call still on, ``<Redirect>`` asks the webhook again, whose TwiML
+    connects a new stream or ends the call (:attr:`ending`)."""
+
+    def __init__(self, webhook_url: str, name: str, api_key: str | None = None) -> None:
+        self.webhook_url, self.name, self._api_key = webhook_url, name, api_key
+        self._next_url = webhook_url
+        self.ending: str | None = None
+        self.streams = 0
+
+    async def next(self) -> TwiML:
+        """The TwiML that comes next: the call's answer, then each redirect's."""
+        twiml = await ask_webhook(self._next_url, self.name, self._api_key)
+        if twiml.redirect is not None:
+            self._next_url = urllib.parse.urljoin(self.webhook_url, twiml.redirect)
+        self.ending = twiml.ending
+        return twiml
+
+    def stream(self, twiml: TwiML, play_speed: float = 1.0) -> "contextlib.AbstractAsyncContextManager[TwilioCaller]":
+        """The stream ``twiml`` connects, opened as Twilio opens one (over ``ws`` where the
+        webhook is plain ``http``, as a local server's is)."""
+        if twiml.stream_url is None:
+            raise ConnectionError(f"the call ended ({twiml.ending}): no stream to open")
+        url = twiml.stream_url
+        if self.webhook_url.startswith("http://"):
+            url = url.replace("wss://", "ws://", 1)
+        self.streams += 1
+        return TwilioCaller.dial(url, twiml.parameters, play_speed, name=self.name, stream=self.streams)
 
 
 class TwilioCaller:
@@ -75,6 +138,9 @@ class TwilioCaller:
         self.played: list[tuple[float, float]] = []
         """(when it began, seconds) of each ``media`` played: when the caller heard what."""
         self.closed: tuple[int, str] | None = None
+        self.closed_at: float | None = None
+        self.started_at = 0.0
+        """When ``start`` was sent (``time.monotonic``)."""
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -87,11 +153,13 @@ class TwilioCaller:
         play_speed: float = 1.0,
         name: str = "1",
         open_timeout_s: float = 10.0,
+        stream: int = 1,
     ) -> AsyncIterator["TwilioCaller"]:
-        """A call's stream to ``url`` (``ws(s)://…/v1/twilio/media-stream``), opened as Twilio
-        opens one; hung up (``stop``) when the block ends."""
+        """Call ``name``'s ``stream``-th stream to ``url`` (``ws(s)://…/v1/twilio/media-stream``),
+        opened as Twilio opens one; hung up (``stop``) when the block ends, unless the server
+        closed it first."""
         async with connect(url, max_size=None, open_timeout=open_timeout_s) as websocket:
-            caller = cls(websocket, f"MZ{name}", play_speed)
+            caller = cls(websocket, f"MZ{name}" + (f"-{stream}" if stream > 1 else ""), play_speed)
             await caller._send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
             start = {
                 "accountSid": "AC0",
@@ -102,6 +170,7 @@ class TwilioCaller:
                 "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
             }
             await caller._send({"event": "start", "start": start})
+            caller.started_at = time.monotonic()
             caller._tasks = [asyncio.ensure_future(caller._read()), asyncio.ensure_future(caller._play())]
             try:
                 yield caller
@@ -152,6 +221,7 @@ class TwilioCaller:
                 self._changed.set()
         finally:
             self.closed = (self._ws.close_code or 1006, self._ws.close_reason or "")
+            self.closed_at = time.monotonic()
             self._changed.set()
 
     def _clear(self) -> None:

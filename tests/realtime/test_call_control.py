@@ -2,11 +2,15 @@
 acted on once the agent's sentence has played, the hang-up on silence, and the leave of a
 draining replica between turns; each beside calls that go on."""
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from fakes import FakeStages, speech
+from pydantic import ValidationError
 from test_twilio import QUESTION, Call, twilio_harness
 
+from deployments.realtime import spoken_lines
 from deployments.realtime.call_control import CallControlConfig, CallEnding, HangUpOnSilence
 from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART
 from handlers.tools import FunctionCallArguments, FunctionCallStarted
@@ -139,3 +143,37 @@ async def test_a_draining_call_leaves_between_turns_never_mid_answer() -> None:
         await answered.socket.until(lambda: answered.socket.closed is not None)
         assert answered.socket.closed is not None and answered.socket.closed[0] == CLOSE_SERVICE_RESTART
         assert answered.line.endings == [], "the call goes on: its next stream resumes the session"
+
+
+async def test_the_servers_lines_are_synthesised_once_ahead_and_retried_while_the_tts_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spoken_lines, "WARM_RETRY_S", 0.0)
+    tries: list[str] = []
+
+    def starting_tts(text: str) -> AsyncIterator[bytes]:
+        """A TTS deployment still starting: its first call fails."""
+        tries.append(text)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            if len(tries) == 1:
+                raise ConnectionError("no replica yet")
+            yield text.encode()
+
+        return chunks()
+
+    lines = spoken_lines.SpokenLines()
+    await lines.warm([GREETING], starting_tts)  # type: ignore[arg-type]
+    kept = lines.kept(GREETING)
+    assert tries == [GREETING, GREETING]
+    assert kept is not None and [chunk async for chunk in kept] == [GREETING.encode()]
+    assert lines.kept("Anything else.") is None, "only the server's own lines are kept"
+
+
+def test_an_ending_reads_back_as_written_and_transfers_go_only_to_a_dialable_number() -> None:
+    for ending in (CallEnding("hang_up"), CallEnding("transfer", "+15550123"), CallEnding("transfer", "sip:a@b.c")):
+        assert CallEnding.parse(str(ending)) == ending
+    assert CallEnding.parse("") is None
+    for bad in ("5550123", "+1 555 0123", "<Hangup/>", "+15550123</Dial><Play>x"):
+        with pytest.raises(ValidationError):
+            CallControlConfig(transfer_to=bad)

@@ -17,6 +17,7 @@ from deployments.config import IngressConfig, TwilioConfig
 from deployments.keyed_digests import KeyedDigests
 from deployments.pending_streams import MadeRoom, PendingStreams
 from deployments.phone_calls import INCOMING_CALL_PATH, SECRET_PARAMETER, PhoneCalls
+from deployments.realtime.call_control import CallEnding
 from deployments.session_records import ReplicaSecrets
 from deployments.twilio_signature import is_signed, signature
 
@@ -103,6 +104,26 @@ async def test_without_a_twilio_token_the_webhook_needs_the_key_and_still_never_
     answered = await webhook(app, {"Authorization": basic})
     assert answered.status_code == 200 and KEY not in answered.text
     assert await secrets.redeem(stream_parameters(answered.text)[SECRET_PARAMETER], "CA42") is not None
+
+
+async def test_the_twiml_brings_the_call_back_after_its_stream_and_ends_it_once_its_agent_did() -> None:
+    """A call's webhook, asked again by the ``<Redirect>`` after its stream: a new stream
+    while the call goes on, then ``<Hangup/>`` or ``<Dial>`` once its stream kept an ending;
+    another call is not touched."""
+    secrets = ClientSecrets(ReplicaSecrets(), KeyedDigests(b"s"))
+    app = phone_app(secrets, KEY, None)
+    basic = {"Authorization": "Basic " + base64.b64encode(f"twilio:{KEY}".encode()).decode()}
+    first = ElementTree.fromstring((await webhook(app, basic)).text)
+    assert first.findtext("Redirect") == INCOMING_CALL_PATH, "back to the webhook once the stream closes"
+    await secrets.keep_call("CA42", resume_token="sess_1.secret")
+    again = ElementTree.fromstring((await webhook(app, basic)).text)
+    assert again.find("Connect/Stream") is not None, "a call going on gets a new stream"
+    await secrets.keep_call("CA42", call_ending=str(CallEnding("transfer", "+15550123")))
+    assert ElementTree.fromstring((await webhook(app, basic)).text).findtext("Dial") == "+15550123"
+    await secrets.keep_call("CA42", call_ending=str(CallEnding("hang_up")))
+    assert ElementTree.fromstring((await webhook(app, basic)).text).find("Hangup") is not None
+    other = ElementTree.fromstring((await webhook(app, basic, CALL | {"CallSid": "CA7"})).text)
+    assert other.find("Connect/Stream") is not None, "only that call ends"
 
 
 async def test_streams_waiting_for_start_are_capped_the_oldest_making_room_with_one_log_line(

@@ -126,6 +126,23 @@ async def test_a_barge_in_clears_and_keeps_the_answer_as_far_as_the_marks_say_it
         assert not other_caller.heard("clear"), "the other call played on"
 
 
+async def test_a_turn_after_an_answer_that_played_whole_sends_no_clear() -> None:
+    stages = FakeStages()
+    harness, call = twilio_harness(stages, "whole")
+
+    def answers_done() -> int:
+        return sum(m["mark"]["name"].startswith("response.done") for m in call.heard("mark"))
+
+    async with harness:
+        call.speaks(speech(1))
+        await call.socket.until(lambda: answers_done() == 1)
+        for mark in call.heard("mark"):
+            call.says("mark", mark=mark["mark"])  # Twilio played it all
+        call.speaks(speech(QUESTION))
+        await call.socket.until(lambda: answers_done() == 2)
+        assert not call.heard("clear"), "nothing was left to clear"
+
+
 async def test_a_keypad_entry_becomes_the_callers_message_and_is_answered() -> None:
     stages = FakeStages()
     harness, call = twilio_harness(stages, "keys")
