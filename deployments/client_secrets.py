@@ -43,7 +43,8 @@ class ClientSecretGrant(TypedDict):
     call_sid: str
     """The phone call it is bound to (``""``: none)."""
     resume_token: NotRequired[str]
-    """A call's standing grant: the token that resumes its session (``""``: none yet)."""
+    """A call's standing grant: the token that resumes its session, sealed in the store
+    (``KeyedDigests.sealed``; ``""``: none yet)."""
     call_ending: NotRequired[str]
     """A call's standing grant: how the call ends once its stream closes (``hang_up``,
     ``transfer <number>``; ``""``: it goes on, on a new stream)."""
@@ -108,14 +109,18 @@ class ClientSecrets:
             "session": {},
             "one_use": False,
             "call_sid": call_sid,
-            "resume_token": resume_token,
+            "resume_token": await self._digests.sealed("phone_call", resume_token) if resume_token else "",
             "call_ending": call_ending,
         }
         await self._records.add_client_secret(await self._digests.of("phone_call", call_sid), grant, CALL_GRANT_TTL_S)
 
     async def call(self, call_sid: str) -> ClientSecretGrant | None:
-        """Call ``call_sid``'s standing grant (``None``: its first stream has not started)."""
-        return await self._records.redeem_client_secret(await self._digests.of("phone_call", call_sid), call_sid)
+        """Call ``call_sid``'s standing grant, its resume token unsealed (``None``: its first
+        stream has not started)."""
+        grant = await self._records.redeem_client_secret(await self._digests.of("phone_call", call_sid), call_sid)
+        if grant is not None and grant.get("resume_token"):
+            grant = grant | {"resume_token": await self._digests.unsealed("phone_call", grant["resume_token"]) or ""}
+        return grant
 
 
 def opens(grant: ClientSecretGrant, call_sid: str) -> bool:

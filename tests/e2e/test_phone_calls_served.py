@@ -61,12 +61,15 @@ async def ask(stream: TwilioCaller, question: int) -> None:
 
 
 async def resume_token_of(name: str) -> str:
-    """White box: the token the call's standing grant in the store resumes its session with."""
+    """White box: the token the call's standing grant in the store resumes its session with
+    (sealed there)."""
     actor = ray.get_actor(f"s2s-sessions-{APP}", namespace="s2s")
     digests = KeyedDigests(await actor.session_secret.remote())
     grant = await actor.redeem_client_secret.remote(await digests.of("phone_call", call_sid(name)), call_sid(name))
     assert grant is not None and grant["resume_token"], f"call {name} left no session to resume"
-    return str(grant["resume_token"])
+    token = await digests.unsealed("phone_call", grant["resume_token"])
+    assert token is not None
+    return token
 
 
 def assistant_said(client: Client) -> list[str]:

@@ -4,11 +4,13 @@ streams that wait for their ``start`` under a cap of their own."""
 
 import asyncio
 import base64
+import json
 import logging
 from xml.etree import ElementTree
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 from fastapi import FastAPI, Request
 
 from deployments.access import Access
@@ -124,6 +126,21 @@ async def test_the_twiml_brings_the_call_back_after_its_stream_and_ends_it_once_
     assert ElementTree.fromstring((await webhook(app, basic)).text).find("Hangup") is not None
     other = ElementTree.fromstring((await webhook(app, basic, CALL | {"CallSid": "CA7"})).text)
     assert other.find("Connect/Stream") is not None, "only that call ends"
+
+
+async def test_a_calls_resume_token_is_kept_sealed_and_read_back_only_with_the_session_secret() -> None:
+    records, digests = ReplicaSecrets(), KeyedDigests(b"s")
+    secrets = ClientSecrets(records, digests)
+    await secrets.keep_call("CA42", resume_token="sess_1.topsecret")
+    kept = await records.redeem_client_secret(await digests.of("phone_call", "CA42"), "CA42")
+    assert kept is not None and "topsecret" not in json.dumps(kept), "a reader of the store holds nothing to present"
+    held = await secrets.call("CA42")
+    assert held is not None and held["resume_token"] == "sess_1.topsecret"
+    assert await secrets.call("CA7") is None, "another call has none"
+    forged = kept | {"resume_token": Fernet(Fernet.generate_key()).encrypt(b"sess_1.mine").decode()}
+    await records.add_client_secret(await digests.of("phone_call", "CA42"), forged, 60)
+    held = await secrets.call("CA42")
+    assert held is not None and held["resume_token"] == "", "not sealed with this server's secret: no token"
 
 
 async def test_streams_waiting_for_start_are_capped_the_oldest_making_room_with_one_log_line(
