@@ -16,6 +16,7 @@ from types import ModuleType
 BENCHMARKS: dict[str, str] = {
     "load": "loadtest.benchmarks.load",
     "telephony": "loadtest.benchmarks.telephony",
+    "greeting": "loadtest.benchmarks.greeting",
     "handlers": "loadtest.benchmarks.handlers",
     "cancel": "loadtest.benchmarks.cancel",
     "vad": "loadtest.benchmarks.vad",
