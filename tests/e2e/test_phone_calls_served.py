@@ -13,6 +13,7 @@ import pytest
 import ray
 from ray import serve
 from realtime_client import Client, open_client
+from test_session_resume import app_config as resume_app_config
 
 from deployments.app import build_app
 from deployments.keyed_digests import KeyedDigests
@@ -23,27 +24,18 @@ pytestmark = pytest.mark.serve
 """Ray and Serve with the synthetic engines, no model: part of ``make test-serve``."""
 
 APP = "voice-calls"
-TINY = {"num_cpus": 0.01}
 GREETING = "Hello there."
 GREETED_WITHIN_S = 1.5
 """A new session's greeting is ready audio: it comes within milliseconds of ``start``."""
 
 
 def app_config(instructions: str, **twilio: Any) -> dict[str, Any]:
-    ingress = {
-        "max_sessions": 6,
-        "instructions": instructions,
-        "drain_s": 20.0,
-        "shutdown_poll_s": 0.5,
-        "deployment": {**TINY, "max_ongoing_requests": 16, "graceful_shutdown_timeout_s": 30},
-        "scope": {"num_hosts": 1},
-        "twilio": {"greeting": GREETING, **twilio},
-    }
-    return {
-        "synthetic": {"answer_words": 6, "tokens_per_s": 40, "speech_s_per_word": 0.05},
-        "ingress": ingress,
-        **{stage: {"deployment": {**TINY, "max_ongoing_requests": 16}} for stage in ("vad", "stt", "llm", "tts")},
-    }
+    """The resume tests' app, its calls greeted and configured with ``twilio``, its answers
+    2.5 s long."""
+    config = resume_app_config(instructions)
+    config["ingress"]["twilio"] = {"greeting": GREETING, **twilio}
+    config["synthetic"] |= {"answer_words": 24, "speech_s_per_word": 0.1}  # answers long enough to speak over
+    return config
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,12 @@ MAX_S_PER_WORD = 1.0
 FAST_PLAYBACK = 8.0
 """The simulated phone plays answers this much faster than real time (no test waits for an
 answer to be heard out loud)."""
+UNGREETED = {"greeting": ""}
+"""Calls that speak first: the server's greeting has a test of its own."""
+LONG_GREETING = (
+    "Hello, and thank you for calling the city library. I can help you find a book, renew your loans, "
+    "or tell you our opening hours. How can I help you today?"
+)
 
 
 @pytest.fixture
@@ -68,8 +74,8 @@ async def test_two_phone_calls_are_each_answered_in_speech_read_back_from_their_
 ) -> None:
     url = stream_url(realtime_url)
     async with (
-        TwilioCaller.dial(url, play_speed=FAST_PLAYBACK, name="paris") as paris,
-        TwilioCaller.dial(url, play_speed=FAST_PLAYBACK, name="moon") as moon,
+        TwilioCaller.dial(url, UNGREETED, play_speed=FAST_PLAYBACK, name="paris") as paris,
+        TwilioCaller.dial(url, UNGREETED, play_speed=FAST_PLAYBACK, name="moon") as moon,
     ):
         await asyncio.gather(
             paris.say(mulaw("What is the capital of France?")), moon.say(mulaw("Tell me about the moon."))
@@ -91,8 +97,8 @@ async def test_a_spoken_barge_in_clears_the_call_and_a_hum_does_not(
     over the next. Another call on the same replicas is not cleared."""
     url = stream_url(realtime_url)
     async with (
-        TwilioCaller.dial(url, name="cut") as call,
-        TwilioCaller.dial(url, play_speed=FAST_PLAYBACK, name="other") as other,
+        TwilioCaller.dial(url, UNGREETED, name="cut") as call,
+        TwilioCaller.dial(url, UNGREETED, play_speed=FAST_PLAYBACK, name="other") as other,
     ):
         await asyncio.gather(call.say(mulaw(LONG_QUESTION)), other.say(mulaw(LONG_QUESTION)))
         await call.until(lambda: call.answers[-1].first_audio_at is not None)
@@ -107,6 +113,28 @@ async def test_a_spoken_barge_in_clears_the_call_and_a_hum_does_not(
         assert call.answered()[1].done is not None and call.answered()[1].done.endswith(" cancelled")
         await other.until(lambda: bool(other.answered()))
         assert not other.clears, "the other call played on"
+
+
+async def test_calls_are_greeted_in_speech_before_they_speak_and_a_question_over_the_greeting_stops_only_it(
+    realtime_url: str, mulaw: Callable[..., bytes], stt: SpeechToText
+) -> None:
+    """The server's greeting, read back from the μ-law of a call that listens; a call's own
+    long greeting (its TwiML parameter), cut by the caller's question in real time."""
+    url = stream_url(realtime_url)
+    async with (
+        TwilioCaller.dial(url, {"greeting": LONG_GREETING}, name="cuts") as cuts,
+        TwilioCaller.dial(url, play_speed=FAST_PLAYBACK, name="listens") as listens,
+    ):
+        await cuts.until(lambda: cuts.answers[0].first_audio_at is not None)
+        await cuts.say(mulaw("Stop. When do you open on Sunday?"))
+        await cuts.until(lambda: bool(cuts.clears))
+        await cuts.until(lambda: len(cuts.answered()) >= 2)
+        assert cuts.answered()[0].done is not None and cuts.answered()[0].done.endswith(" cancelled")
+        await listens.until(lambda: bool(listens.answered()))
+        greeting = listens.answered()[0]
+        assert greeting.done is not None and greeting.done.endswith(" completed")
+        assert "help" in normalise(read_back(stt, bytes(greeting.audio))).split(), "Hello! How can I help you today?"
+        assert not listens.clears, "the other call's greeting played on"
 
 
 async def test_a_realtime_session_in_pcmu_answers_in_mulaw_that_reads_back_as_its_transcript(
