@@ -147,8 +147,11 @@ class TwilioAudio:
         """Marks sent and not yet echoed: name -> (response id, ms of it played by then)."""
         self._played_ms: dict[str, float] = {}
         self._next_mark = 0
+        self._answering: str | None = None
+        """The answer whose audio is going out and whose ``response.done`` has not."""
 
     async def play(self, frame: AnswerAudio) -> None:
+        self._answering = frame.response_id
         if frame.response_id not in self._sent_ms:  # a new answer: the last one's counts go
             self._sent_ms = {frame.response_id: 0.0}
             self._played_ms = {frame.response_id: 0.0}
@@ -173,13 +176,15 @@ class TwilioAudio:
             self._played_ms[response_id] = max(self._played_ms.get(response_id, 0.0), end_ms)
 
     def finished(self, response_id: str) -> None:
-        pass  # Twilio plays out what it holds
+        if self._answering == response_id:  # Twilio plays out what it holds
+            self._answering = None
 
     async def clear(self) -> None:
-        """Empty Twilio's buffer, unless every mark came back (it has played all it holds:
-        a turn that follows a whole answer sends nothing); the marks it then echoes are of
-        audio never played."""
-        unplayed = bool(self._marks)
+        """Empty Twilio's buffer: of an answer still going out (a barge-in), or of audio not
+        yet played (a mark not back). A turn after an answer that went out whole and played
+        out sends nothing. The marks Twilio then echoes are of audio never played."""
+        unplayed = bool(self._marks) or self._answering is not None
+        self._answering = None
         self._marks.clear()
         self._encoder.reset()
         if unplayed:

@@ -143,6 +143,20 @@ async def test_a_turn_after_an_answer_that_played_whole_sends_no_clear() -> None
         assert not call.heard("clear"), "nothing was left to clear"
 
 
+async def test_a_barge_in_over_an_answer_still_going_out_clears_though_twilio_played_all_it_was_sent() -> None:
+    stages = FakeStages()
+    stages.llm_gate.close(after=2)  # the answer's first sentence, then the model stalls
+    harness, call = twilio_harness(stages, "stalled")
+    async with harness:
+        call.speaks(speech(1))
+        await call.socket.until(lambda: call.media_ms() >= stages.tts_chunks * stages.tts_chunk_ms)
+        for mark in call.heard("mark"):
+            call.says("mark", mark=mark["mark"])  # Twilio played it all: its buffer is empty
+        call.speaks(speech(QUESTION))
+        await call.socket.until(lambda: bool(call.heard("clear")))
+        stages.llm_gate.open()
+
+
 async def test_a_keypad_entry_becomes_the_callers_message_and_is_answered() -> None:
     stages = FakeStages()
     harness, call = twilio_harness(stages, "keys")
