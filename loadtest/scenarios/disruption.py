@@ -67,17 +67,18 @@ app = yaml.safe_load(open(sys.argv[1]))["applications"][0]
 ingress = app["args"].setdefault("ingress", {})
 for key, value in json.loads(sys.argv[2]).items():
     ingress[key] = ingress.get(key, {}) | value if isinstance(value, dict) else value
-ray.init(address="auto", log_to_driver=False)
+ray.init(address=sys.argv[3], log_to_driver=False)
 serve.run(build_app(app["args"]), name=app["name"], route_prefix=app.get("route_prefix", "/"), blocking=False)
 """
 
 
-def redeploy(config: Path, ingress_changes: dict[str, Any]) -> dict[str, Any]:
+def redeploy(config: Path, ingress_changes: dict[str, Any], ray_address: str = "auto") -> dict[str, Any]:
     """The app again, the ingress's arguments changed (a dict value is merged into the
-    config's); from a process of its own (a driver that joins the cluster, as ``serve
-    deploy`` would), returning once the controller took it."""
+    config's); from a process of its own (a driver that joins the cluster at
+    ``ray_address``, as ``serve deploy`` would), returning once the controller took it.
+    ``auto`` is the newest cluster on this machine: with two running, name the one."""
     started = time.monotonic()
-    command = [sys.executable, "-c", REDEPLOY, str(config), json.dumps(ingress_changes)]
+    command = [sys.executable, "-c", REDEPLOY, str(config), json.dumps(ingress_changes), ray_address]
     subprocess.run(command, check=True, capture_output=True)
     return {"redeployed_with": ingress_changes, "deploy_call_s": round(time.monotonic() - started, 2)}
 

@@ -11,7 +11,8 @@ connects a new stream that resumes the call's session.
 Prints one JSON object: calls that came back on a new stream and were answered there; calls
 resumed (a new stream that is not greeted again: a new session would greet); the caller's
 gap, from the old stream's close to the new stream's ``start`` (the webhook's round trip
-and the new handshake) and to the first answer heard after it; questions lost to a close;
+and the new handshake: the time no one hears the caller); how many streams each call took
+(a stream turned away by a replica still draining is one more); questions lost to a close;
 failures. Against ``make serve-loadtest``::
 
     s2s-bench phone-rollout --url ws://127.0.0.1:8000/v1 --calls 20 --at-s 20 --duration-s 60 --out r.json
@@ -19,9 +20,11 @@ failures. Against ``make serve-loadtest``::
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,10 +52,11 @@ class CallRecord:
     answers_after_reconnect: int = 0
     greeted_again: int = 0
     gaps_s: list[float] = field(default_factory=list)
-    """Old stream closed → new stream's ``start``."""
-    to_first_answer_s: list[float] = field(default_factory=list)
-    """Old stream closed → the first answer's first audio on the new stream."""
+    """Old stream closed → new stream's ``start``: how long the caller is heard by no one."""
     questions_lost: int = 0
+    """Questions the server closed the stream on after they began, before their answer did."""
+    closes: list[str] = field(default_factory=list)
+    """How the server closed each stream: ``<code> <reason>``."""
     failure: str | None = None
 
 
@@ -81,6 +85,7 @@ async def converse(
     stream: TwilioCaller, record: CallRecord, deadline: float, rng: random.Random, reconnected_at: float | None
 ) -> float | None:
     """Questions and answers on one stream; when the server closed it, when that was."""
+    asked_at: float | None = None
     try:
         if reconnected_at is None:  # the call's first stream: the greeting, heard to its end
             await stream.until_answered(1, ANSWER_TIMEOUT_S)
@@ -93,19 +98,22 @@ async def converse(
                 pass  # not greeted: the session resumed
         while time.monotonic() < deadline:
             answered = len(stream.answered())
+            asked_at = time.monotonic()
             await stream.say(mulaw_question(rng.randint(1, MAX_QUESTION)) + SILENCE)
             await stream.until_answered(answered + 1, ANSWER_TIMEOUT_S)
-            if reconnected_at is not None and record.answers_after_reconnect == 0:
-                first_audio_at = stream.answered()[answered].first_audio_at or time.monotonic()
-                record.to_first_answer_s.append(first_audio_at - reconnected_at)
+            asked_at = None
             record.answers_after_reconnect += reconnected_at is not None
-            await asyncio.sleep(rng.uniform(0.3, 1.5))  # the caller's own pause between turns
+            with contextlib.suppress(TimeoutError):  # the caller's own pause between turns, cut by a close
+                await stream.until(lambda: False, rng.uniform(0.3, 1.5))
         return None
     except (ConnectionError, ConnectionClosed):
         if stream.closed is None:
             raise
-        if stream.answers[-1].done is None and stream.answers[-1].first_audio_at is None:
-            record.questions_lost += 1
+        cut = (
+            asked_at is not None and (stream.closed_at or 0.0) > asked_at and stream.answers[-1].first_audio_at is None
+        )
+        record.closes.append(f"{stream.closed[0]} {stream.closed[1]}" + (" (mid-question)" if cut else ""))
+        record.questions_lost += cut
         return stream.closed_at
 
 
@@ -122,10 +130,10 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
     calls = asyncio.gather(*(placed(index) for index in range(args.calls)))
     await asyncio.sleep(args.at_s)  # the scenario's schedule: when the rollout comes
     disruption = {"kind": "redeploy", "at_s": round(time.monotonic() - started, 1)}
-    disruption |= await asyncio.to_thread(redeploy, args.config, {"instructions": f"Redeployed at {time.ctime()}."})
+    changes = {"instructions": f"Redeployed at {time.ctime()}."}
+    disruption |= await asyncio.to_thread(redeploy, args.config, changes, args.ray_address)
     records: list[CallRecord] = await calls
     gaps = [gap * 1000 for record in records for gap in record.gaps_s]
-    to_answer = [gap * 1000 for record in records for gap in record.to_first_answer_s]
     came_back = [r for r in records if r.streams > 1 and r.answers_after_reconnect > 0 and r.failure is None]
     return {
         "calls": args.calls,
@@ -134,8 +142,8 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
         "calls_resumed_not_greeted_again": sum(1 for r in came_back if r.greeted_again == 0),
         "streams_per_call": sorted({r.streams for r in records}),
         "gap_to_new_stream_ms": {"count": len(gaps), "p50": percentile(gaps, 50), "p95": percentile(gaps, 95)},
-        "gap_to_first_answer_ms": {"p50": percentile(to_answer, 50), "p95": percentile(to_answer, 95)},
         "questions_lost": sum(r.questions_lost for r in records),
+        "closes": dict(Counter(close for r in records for close in r.closes)),
         "failed_calls": [r.failure for r in records if r.failure is not None],
     }
 
@@ -144,6 +152,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, url="ws://127.0.0.1:8000/v1", config=LOADTEST_CONFIG)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--at-s", type=float, default=20.0, help="when the redeploy comes, from the first call")
+    parser.add_argument(
+        "--ray-address",
+        default="auto",
+        help="the serving cluster's GCS (auto: the newest on this machine; with token auth, set RAY_AUTH_MODE=token)",
+    )
     options.add(parser, duration_s=60.0, ramp_s=5.0, seed=3, out=None)
 
 
