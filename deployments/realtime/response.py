@@ -39,6 +39,7 @@ from deployments.realtime.protocol import ProtocolError, new_id
 from deployments.realtime.response_events import ResponseEvents
 from deployments.realtime.response_run import CancelReason, DropReason, ResponseRun, Status
 from deployments.realtime.settings import ResponseOptions, SessionSettings
+from deployments.realtime.spoken_lines import sentences
 from deployments.realtime.stages import Stages, StageStream
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
@@ -131,10 +132,9 @@ class Responder:
         return self.start(self.new_run(prompt, timeline, options))
 
     def say(self, words: str) -> ResponseRun:
-        """Say ``words`` as they are, without the LLM: a response like any other (a barge-in
-        stops it, the conversation keeps what was heard), said as one piece, so a line said
-        on every call is one TTS request whose audio the ingress can keep ready
-        (``serve_stages.SpokenLines``)."""
+        """Say ``words`` as they are, without the LLM: a response like any other (paced, a
+        barge-in stops it, the conversation keeps what was heard), a sentence a piece, as
+        the ingress keeps a line said on every call ready (``spoken_lines``)."""
         timeline = Timeline()
         timeline.mark("requested")
         no_prompt: asyncio.Future[list[ChatMessage]] = asyncio.get_running_loop().create_future()
@@ -314,8 +314,9 @@ class Responder:
 
 
 async def _said(words: str | None) -> AsyncGenerator[str, None]:
-    """A scripted answer (``ResponseRun.script``), as one piece."""
-    yield words or ""
+    """A scripted answer (``ResponseRun.script``), a sentence a piece."""
+    for sentence in sentences(words or ""):
+        yield sentence
 
 
 async def _pieces(
