@@ -35,6 +35,7 @@ from deployments.realtime.twilio import (
     read_start,
     twiml_connect,
     twiml_ending,
+    twiml_turned_away,
 )
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.session_opening import SessionOpening
@@ -49,6 +50,11 @@ STREAM_SECRET_TTL_S = 60
 SECRET_PARAMETER = "client_secret"
 MAX_WEBHOOK_BYTES = 16 << 10
 """A voice webhook's form is well under 2 KB."""
+MAX_REDIRECTS = 10
+"""New streams one call may be brought back for (its TwiML's ``<Redirect>``): a rollout or a
+lost replica costs a call one or two; a server that keeps turning it away (1013: every
+replica full or draining) would otherwise loop it for ever in silence."""
+TURNED_AWAY = "Sorry, we cannot take your call right now. Please call again later."
 
 
 class StoredCall:
@@ -99,6 +105,10 @@ class PhoneCalls:
         if refused is not None:
             return refusal(403, "access_refused", refused)
         call_sid = params.get("CallSid") or request.query_params.get("CallSid", "")
+        redirects = _count(request.query_params.get("redirects", "0"))
+        if redirects >= MAX_REDIRECTS:
+            logger.warning("twilio call %s turned away: brought back %d times, no stream kept it", call_sid, redirects)
+            return Response(twiml_turned_away(TURNED_AWAY), media_type="text/xml")
         try:
             held = await self._secrets.call(call_sid) if call_sid else None
             ending = CallEnding.parse(held.get("call_ending", "")) if held is not None else None
@@ -110,7 +120,8 @@ class PhoneCalls:
             return refusal(503, "session_store_unavailable", "the session store cannot be reached")
         path = request.url.path.removesuffix(INCOMING_CALL_PATH) + MEDIA_STREAM_PATH  # under any route prefix
         stream_url = str(request.url.replace(scheme="wss", path=path, query="", username=None, password=None))
-        twiml = twiml_connect(stream_url, {SECRET_PARAMETER: secret.value}, redirect_path=request.url.path)
+        back = f"{request.url.path}?redirects={redirects + 1}"
+        twiml = twiml_connect(stream_url, {SECRET_PARAMETER: secret.value}, redirect_path=back)
         return Response(twiml, media_type="text/xml")
 
     def _webhook_refusal(self, request: Request, params: dict[str, str]) -> str | None:
@@ -180,3 +191,8 @@ class PhoneCalls:
         if stored is None:
             logger.warning("twilio call %s: its session could not be resumed (expired): a new one starts", call_sid)
         return stored
+
+
+def _count(text: str) -> int:
+    """A redirect count from the URL (anything that is not a small count is none)."""
+    return int(text) if text.isdigit() and len(text) < 4 else 0

@@ -128,6 +128,11 @@ def twiml_ending(ending: CallEnding) -> str:
     return _twiml("<Hangup/>" if ending.how == "hang_up" else f"<Dial>{escape(ending.to)}</Dial>")
 
 
+def twiml_turned_away(message: str) -> str:
+    """The TwiML that tells a caller the server cannot take the call, and hangs up."""
+    return _twiml(f"<Say>{escape(message)}</Say><Hangup/>")
+
+
 def _twiml(verbs: str) -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?><Response>{verbs}</Response>'
 

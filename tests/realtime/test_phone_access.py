@@ -18,7 +18,7 @@ from deployments.client_secrets import ClientSecrets
 from deployments.config import IngressConfig, TwilioConfig
 from deployments.keyed_digests import KeyedDigests
 from deployments.pending_streams import MadeRoom, PendingStreams
-from deployments.phone_calls import INCOMING_CALL_PATH, SECRET_PARAMETER, PhoneCalls
+from deployments.phone_calls import INCOMING_CALL_PATH, MAX_REDIRECTS, SECRET_PARAMETER, PhoneCalls
 from deployments.realtime.call_control import CallEnding
 from deployments.session_records import ReplicaSecrets
 from deployments.twilio_signature import is_signed, signature
@@ -116,7 +116,7 @@ async def test_the_twiml_brings_the_call_back_after_its_stream_and_ends_it_once_
     app = phone_app(secrets, KEY, None)
     basic = {"Authorization": "Basic " + base64.b64encode(f"twilio:{KEY}".encode()).decode()}
     first = ElementTree.fromstring((await webhook(app, basic)).text)
-    assert first.findtext("Redirect") == INCOMING_CALL_PATH, "back to the webhook once the stream closes"
+    assert first.findtext("Redirect") == f"{INCOMING_CALL_PATH}?redirects=1", "back here once the stream closes"
     await secrets.keep_call("CA42", resume_token="sess_1.secret")
     again = ElementTree.fromstring((await webhook(app, basic)).text)
     assert again.find("Connect/Stream") is not None, "a call going on gets a new stream"
@@ -126,6 +126,21 @@ async def test_the_twiml_brings_the_call_back_after_its_stream_and_ends_it_once_
     assert ElementTree.fromstring((await webhook(app, basic)).text).find("Hangup") is not None
     other = ElementTree.fromstring((await webhook(app, basic, CALL | {"CallSid": "CA7"})).text)
     assert other.find("Connect/Stream") is not None, "only that call ends"
+
+
+async def test_a_call_brought_back_too_often_is_told_and_hung_up_not_looped_in_silence() -> None:
+    secrets = ClientSecrets(ReplicaSecrets(), KeyedDigests(b"s"))
+    app = phone_app(secrets, KEY, None)
+    basic = {"Authorization": "Basic " + base64.b64encode(f"twilio:{KEY}".encode()).decode()}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://voice.example.com") as http:
+        url = INCOMING_CALL_PATH
+        for _ in range(MAX_REDIRECTS):
+            twiml = ElementTree.fromstring((await http.post(url, data=CALL, headers=basic)).text)
+            assert twiml.find("Connect/Stream") is not None
+            url = str(twiml.findtext("Redirect"))
+        turned_away = ElementTree.fromstring((await http.post(url, data=CALL, headers=basic)).text)
+    assert turned_away.findtext("Say") and turned_away.find("Hangup") is not None
 
 
 async def test_a_calls_resume_token_is_kept_sealed_and_read_back_only_with_the_session_secret() -> None:
