@@ -13,6 +13,7 @@ Readable lines, then one JSON object with both routes' p50 and p95 and the phone
 
 import argparse
 import json
+import secrets
 import time
 from typing import Any
 
@@ -35,7 +36,9 @@ def mulaw(pcm16: bytes) -> bytes:
 async def bench_phone_turns(url: str, speaker: Speaker, turns: int) -> dict[str, Any]:
     voice_to_voice = []
     silence = bytes([0xFF]) * PCMU.rate  # μ-law's zero, 1 s
-    async with TwilioCaller.dial(f"{url}/twilio/media-stream", play_speed=50.0, name="bench") as call:
+    parameters = {"greeting": ""}  # no greeting: the call's first answer is its first turn's, as over /v1/realtime
+    name = f"bench-{secrets.token_hex(4)}"  # a CallSid seen before would resume that call's session
+    async with TwilioCaller.dial(f"{url}/twilio/media-stream", parameters, play_speed=50.0, name=name) as call:
         for turn in range(turns):
             await call.say(silence[: int(LEAD_IN_S * PCMU.rate)])
             await call.say(mulaw(speaker.speech(QUESTIONS[turn % len(QUESTIONS)])))

@@ -15,8 +15,10 @@ Per mode:
 - ``paused``: whole sentences cut at a word boundary with a ``loadtest.client.prompts.PAUSE_S`` pause put in
   (Smart Turn hears prosody: a fragment said alone would end like a statement);
   ``cut_off`` counts the sentences that became more than one turn;
-- ``backchannels``: during a long answer, one of ``BACKCHANNELS`` or a cough (a noise burst);
-  ``answers_lost`` counts the answers cancelled, ``new_turns`` the turns it started;
+- ``backchannels``: during a long answer, one of ``BACKCHANNELS`` or a cough (a noise burst),
+  each ``--repeat`` times; ``answers_lost`` counts the answers cancelled, ``new_turns`` the
+  turns it started, ``false_barge_ins`` (backchannels and coughs apart) those that barged in
+  (``speech_started``, where a playing client stops, or the answer cancelled);
 - ``interruptions``: during a long answer, a real one; ``missed`` counts those that did not
   cancel it; ``onset_to_done_ms``: from the first voiced frame sent to the cancelled
   ``response.done``; ``onset_to_last_heard_ms``: to the last sound of the answer for a
@@ -28,11 +30,16 @@ Per mode:
   its own WebRTC call, where the server plays (and pauses) the answer: from the speech's first
   frame sent to the answer's sound stopping, what became of the answer, and when a new one
   began playing;
-- ``phone``: the real interruptions (each ``--repeat`` times) and ``PHONE_BACKCHANNELS`` over
-  the Twilio media-stream route in 8 kHz μ-law, one call each (``full_duplex.bench_phone``):
-  onset → the server's ``clear`` (where Twilio stops playing), and the new answer. A Twilio
-  call cannot set its turn detection: this part runs once, under the server's default, and
-  is reported at the top level, beside the modes.
+- ``phone``: the same scenarios over the Twilio media-stream route in 8 kHz μ-law, one call
+  each (``full_duplex.bench_phone``): the real interruptions and the backchannels and cough
+  (each ``--repeat`` times; a ``clear`` or a cancelled answer on a backchannel or cough is a
+  false barge-in, neither on an interruption a missed one; onset → ``clear``, where Twilio
+  stops playing, → the cancelled answer's ``response.done`` mark, and → the caller's last
+  sound of it), and the paused sentences (cut off: more than one response).
+  A Twilio call cannot send ``session.update``: each call's TwiML carries a client secret
+  that opens its session with the mode's turn detection (``full_duplex.phone_parameters``,
+  as an operator's backend would make it), and ``greeting`` "" (no greeting).
+  ``fdb.phone_vs_24khz`` sets its counts beside the WebSocket's.
 
 Each mode also gets an ``fdb`` object: Full-Duplex-Bench's four scenarios (pause handling,
 backchannel, smooth turn-taking, user interruption) as take-over rates and p50/p95 latencies,
@@ -61,7 +68,7 @@ import numpy as np
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from loadtest import options
 from loadtest.benchmarks import full_duplex
-from loadtest.benchmarks.full_duplex import to_mulaw
+from loadtest.benchmarks.full_duplex import phone_table, to_mulaw
 from loadtest.client.listener import last_heard
 from loadtest.client.loop_lag import LoopLag
 from loadtest.client.prompts import with_pause
@@ -109,10 +116,6 @@ INTERRUPTIONS = [
 ]
 
 
-PHONE_BACKCHANNELS = ["Yeah.", "Mm hmm.", "Right."]
-"""Said over an answer in the ``phone`` part."""
-
-
 OBSERVE_S = 3.0
 """How long after the speech ended a round looks for what it caused (a decision takes at
 most the speech plus one STT call; an incomplete turn waits up to 2 s under semantic_vad)."""
@@ -155,12 +158,20 @@ async def bench_paused(
 
 
 async def bench_backchannels(
-    url: str, mode: dict[str, Any], speaker: Speaker, into_s: float, noise_reduction: str | None = None
+    url: str,
+    mode: dict[str, Any],
+    speaker: Speaker,
+    into_s: float,
+    repeat: int = 1,
+    noise_reduction: str | None = None,
 ) -> dict[str, Any]:
-    """``taken_over`` (FDB's backchannel TOR): the answer was cancelled or a new response
-    began after the backchannel."""
+    """Each of ``BACKCHANNELS`` said ``repeat`` times. ``taken_over`` (FDB's backchannel TOR):
+    the answer was cancelled or a new response began after the backchannel;
+    ``false_barge_ins``: it barged in (``speech_started``, where a playing client stops, as
+    a phone stops at the ``clear``; or the answer cancelled), backchannels and coughs apart."""
     lost = new_turns = taken_over = 0
-    for said in BACKCHANNELS:
+    barged = {"backchannel": 0, "cough": 0}
+    for said in BACKCHANNELS * repeat:
         async with new_round(url, mode, noise_reduction) as round_:
             answer = await round_.answer_playing(speaker, into_s)
             since = time.perf_counter()
@@ -169,12 +180,23 @@ async def bench_backchannels(
             cancelled = done is not None and done.response.status == "cancelled"
             lost += cancelled
             new_turns += round_.count("input_audio_buffer.committed", since)
+            started = round_.count("input_audio_buffer.speech_started", since)
+            barged["cough" if said is None else "backchannel"] += cancelled or started > 0
             began = [
                 e for s, e in round_.log if e.type == "response.created" and s >= since and e.response.id != answer
             ]
             taken_over += cancelled or bool(began)
-        print(f"  backchannel {said or '(cough)'}: answer {done.response.status if done else 'playing on'}", flush=True)
-    return {"said": len(BACKCHANNELS), "answers_lost": lost, "new_turns": new_turns, "taken_over": taken_over}
+        status = done.response.status if done else "playing on"
+        print(f"  backchannel {said or '(cough)'}: answer {status}, speech_started {started}", flush=True)
+    return {
+        "said": len(BACKCHANNELS) * repeat,
+        "backchannels": sum(s is not None for s in BACKCHANNELS) * repeat,
+        "coughs": BACKCHANNELS.count(None) * repeat,
+        "answers_lost": lost,
+        "new_turns": new_turns,
+        "taken_over": taken_over,
+        "false_barge_ins": barged,
+    }
 
 
 async def bench_interruptions(
@@ -401,15 +423,32 @@ async def bench_webrtc(
     return result
 
 
+def phone_rounds(speaker: Speaker, repeat: int = 1) -> list[tuple[str, str, bytes]]:
+    """What the ``phone`` part says, as a phone sends it (8 kHz μ-law): the real interruptions
+    and ``BACKCHANNELS`` (each ``repeat`` times), and the ``PAUSED`` sentences."""
+    said = [("interruption", s, to_mulaw(speaker.speech(s))) for s in INTERRUPTIONS * repeat]
+    said += [
+        ("backchannel", s, to_mulaw(speaker.speech(s))) if s else ("cough", "(cough)", to_mulaw(cough()))
+        for s in BACKCHANNELS * repeat
+    ]
+    said += [("paused", f"{first} | {rest}", to_mulaw(paused_sentence(speaker, first, rest))) for first, rest in PAUSED]
+    return said
+
+
 async def bench_phone(
-    url: str, mode: dict[str, Any], speaker: Speaker, into_s: float, repeat: int = 1
+    url: str,
+    mode: dict[str, Any],
+    speaker: Speaker,
+    into_s: float,
+    repeat: int = 1,
+    noise_reduction: str | None = None,
 ) -> dict[str, Any]:
-    """Real interruptions (each ``repeat`` times) and ``PHONE_BACKCHANNELS`` over the Twilio
-    media-stream route, in μ-law (``full_duplex.bench_phone``). A Twilio call cannot choose its
-    turn detection (nor its noise reduction): this part runs once, whatever the modes."""
-    said = [("interruption", to_mulaw(speaker.speech(s))) for s in INTERRUPTIONS * repeat]
-    said += [("backchannel", to_mulaw(speaker.speech(s))) for s in PHONE_BACKCHANNELS]
-    return await full_duplex.bench_phone(url, speaker, said, into_s)
+    """``phone_rounds`` over the Twilio media-stream route, each call's session opened with
+    ``mode``'s turn detection (and ``noise_reduction``) by a client secret in its TwiML
+    (``full_duplex.phone_parameters``; a Twilio call cannot send ``session.update``)."""
+    result = await full_duplex.bench_phone(url, mode, speaker, phone_rounds(speaker, repeat), into_s, noise_reduction)
+    result["turn_detection"] = mode
+    return result
 
 
 PARTS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
@@ -420,8 +459,6 @@ PARTS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
     "webrtc": bench_webrtc,
     "phone": bench_phone,
 }
-ONCE = ("phone",)
-"""Parts that do not depend on the mode: run once, after the modes, at the report's top level."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -432,7 +469,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeat",
         type=int,
         default=1,
-        help="say each real interruption (WebSocket, WebRTC, phone), and ask each question, this many times",
+        help="say each real interruption (WebSocket, WebRTC, phone) and each backchannel (WebSocket, phone), and"
+        " ask each question, this many times",
     )
     parser.add_argument(
         "--into-s", type=float, default=1.0, help="how far into an answer its listener speaks over it (default 1 s)"
@@ -448,16 +486,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def main(args: argparse.Namespace) -> None:
     with served(args.url, args.config) as url:
         speaker = Speaker()
-        for said in (*INTERRUPTIONS, *filter(None, BACKCHANNELS), *PHONE_BACKCHANNELS):
+        for said in (*INTERRUPTIONS, *filter(None, BACKCHANNELS)):
             speaker.speech(said)  # now, not on the client's loop while an answer streams in (it stalled the sending)
         result: dict[str, Any] = {}
         async with LoopLag() as loop_lag:
             for name in args.modes:
                 print(f"{name}:", flush=True)
                 result[name] = {}
-                for part in (p for p in args.parts if p not in ONCE):
-                    extra: dict[str, Any] = {"into_s": args.into_s} if part in ("interruptions", "backchannels") else {}
-                    if part in ("interruptions", "voice_to_voice", "webrtc"):
+                for part in args.parts:
+                    over_answers = ("interruptions", "backchannels", "phone")
+                    extra: dict[str, Any] = {"into_s": args.into_s} if part in over_answers else {}
+                    if part in ("interruptions", "backchannels", "voice_to_voice", "webrtc", "phone"):
                         extra["repeat"] = args.repeat
                     if part in ("interruptions", "webrtc"):
                         extra["loop_lag"] = loop_lag
@@ -465,9 +504,7 @@ async def main(args: argparse.Namespace) -> None:
                     result[name][part] = await PARTS[part](url, MODES[name], speaker, **extra)
                 result[name]["fdb"] = full_duplex.summary(result[name])
                 print(json.dumps({name: result[name]}), flush=True)
-            if "phone" in args.parts:
-                print("phone (Twilio media stream, μ-law):", flush=True)
-                result["phone"] = await bench_phone(url, {}, speaker, into_s=args.into_s, repeat=args.repeat)
-                print(json.dumps({"phone": result["phone"]}), flush=True)
+        for line in phone_table(result):
+            print(line, flush=True)
         result["settings"] = {"noise_reduction": args.noise_reduction, "repeat": args.repeat, "into_s": args.into_s}
     print(json.dumps(result))
