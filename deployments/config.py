@@ -9,10 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cancel import ScopePlacementConfig
-from deployments.realtime.call_control import CallControlConfig
-from deployments.realtime.interruptions import InterruptionRules
-from deployments.realtime.recording_config import RecordingConfig
-from deployments.session_store import SessionStoreConfig
+from deployments.realtime.recording.config import RecordingConfig
+from deployments.realtime.transports.call_control import CallControlConfig
+from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.session_store.store import SessionStoreConfig
 from handlers.denoise import NoiseReductionConfig, NoiseReductionType
 from handlers.instructions import VOICE_INSTRUCTIONS
 from handlers.llm import LLMConfig

@@ -5,7 +5,7 @@ It owns the sessions of its replica: access (an optional API key and allowed ori
 checked before the handshake is accepted, so a refused client gets HTTP 403 and no session
 state exists), the session cap (refused with an ``error`` event and a close code, never a
 hung handshake), resumes (``?resume_token=``, refused with HTTP 403 before any session
-state is touched; :mod:`deployments.session_store`), the cancel-scope directory their
+state is touched; :mod:`deployments.session_store.store`), the cancel-scope directory their
 scopes live in, and (:mod:`deployments.replica_lifecycle`) the cap, graceful shutdown
 (close every socket with 1001) and the drain of a replica being replaced (close with 1012
 after ``drain_s``, for clients to resume elsewhere).
@@ -41,18 +41,18 @@ from deployments.realtime.protocol import (
     encode,
     error_event,
 )
+from deployments.realtime.recording.capture import RecordingRequest, Recordings
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession, new_settings
-from deployments.realtime.session_capture import RecordingRequest, Recordings
 from deployments.realtime.session_trace import session_span
-from deployments.realtime.transport import ClientLeft, Transport, WebSocketTransport
-from deployments.realtime.twilio import MEDIA_STREAM_PATH
-from deployments.realtime.webrtc import IceServers
+from deployments.realtime.transports.port import ClientLeft, Transport, WebSocketTransport
+from deployments.realtime.transports.twilio import MEDIA_STREAM_PATH
+from deployments.realtime.transports.webrtc import IceServers
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
 from deployments.session_opening import SessionOpening
-from deployments.session_store import SessionStore
+from deployments.session_store.store import SessionStore
 from deployments.voice_activity import VADBatcher, in_process, listener_for, on_deployment
 from deployments.webrtc_calls import WebRTCCalls
 from handlers.synthetic import SyntheticConfig

@@ -1,5 +1,5 @@
 """The ingress's Twilio routes: the voice webhook that answers a call with TwiML, and the
-media stream that becomes a session (:mod:`deployments.realtime.twilio`).
+media stream that becomes a session (:mod:`deployments.realtime.transports.twilio`).
 
 No credential of the operator's goes to Twilio. The webhook is Twilio's when it carries a
 valid ``X-Twilio-Signature`` (with ``ingress.twilio.auth_token_env`` set), else when it
@@ -23,11 +23,10 @@ from deployments.access import Access, Admission, refusal, secret_from_env
 from deployments.client_secrets import ClientSecrets
 from deployments.config import IngressConfig
 from deployments.pending_streams import MadeRoom, PendingStreams
-from deployments.realtime.call_control import CallEnding
 from deployments.realtime.protocol import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER
-from deployments.realtime.recorder import StoredSession
-from deployments.realtime.transport import Transport
-from deployments.realtime.twilio import (
+from deployments.realtime.transports.call_control import CallEnding
+from deployments.realtime.transports.port import Transport
+from deployments.realtime.transports.twilio import (
     MEDIA_STREAM_PATH,
     BadStream,
     CallPlan,
@@ -39,7 +38,8 @@ from deployments.realtime.twilio import (
 )
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.session_opening import SessionOpening
-from deployments.session_store import SessionStore
+from deployments.session_store.store import SessionStore
+from deployments.session_store.writer import StoredSession
 from deployments.twilio_signature import is_signed
 
 logger = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ import ray._private.state
 
 from cancel import spawn_detached
 from deployments.app_status import running_actor_ids
-from deployments.realtime.failover import lost_replica
 from deployments.realtime.failures import StageName
+from deployments.realtime.response.failover import lost_replica
 
 logger = logging.getLogger(__name__)
 

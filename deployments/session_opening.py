@@ -4,7 +4,7 @@
 from dataclasses import dataclass
 
 from deployments.access import Admission
-from deployments.realtime.recorder import StoredSession
+from deployments.session_store.writer import StoredSession
 
 
 @dataclass(frozen=True)

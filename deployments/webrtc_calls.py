@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse, Response
 
 from cancel import spawn_detached
 from deployments.access import Access, refusal
-from deployments.realtime.transport import Transport
-from deployments.realtime.webrtc import BadOffer, IceServers, WebRTCTransport
+from deployments.realtime.transports.port import Transport
+from deployments.realtime.transports.webrtc import BadOffer, IceServers, WebRTCTransport
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.session_opening import SessionOpening
 

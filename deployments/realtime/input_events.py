@@ -19,8 +19,8 @@ from deployments.realtime.limits import InputGuard
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, new_id, server_event
 from deployments.realtime.settings import SessionSettings
-from deployments.realtime.turns import TurnTaker
-from deployments.realtime.wire_audio import WireAudio
+from deployments.realtime.transports.wire_audio import WireAudio
+from deployments.realtime.turn_taking.taker import TurnTaker
 from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
 
 

@@ -26,8 +26,8 @@ from deployments.realtime.items import Item, from_client
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id, server_event
-from deployments.realtime.transcription import Transcription
-from deployments.realtime.wire_audio import WireAudio
+from deployments.realtime.transports.wire_audio import WireAudio
+from deployments.realtime.turn_taking.transcription import Transcription
 
 
 class ItemEvents:

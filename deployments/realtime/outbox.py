@@ -35,7 +35,7 @@ from openai import BaseModel as OpenAIModel
 from openai.types import realtime as events
 from openai.types.realtime import realtime_server_event as more_events
 
-from deployments.realtime.audio_out import AnswerAudio, AudioOut, ClearAudio, SendEvent
+from deployments.realtime.transports.audio_out import AnswerAudio, AudioOut, ClearAudio, SendEvent
 
 SERVER_EVENT_TYPES: frozenset[type] = frozenset(get_args(get_args(events.RealtimeServerEvent)[0]))
 """Every server event type of the protocol, from the SDK's union."""

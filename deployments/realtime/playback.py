@@ -23,7 +23,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from deployments.realtime.audio_out import AudioOut
+from deployments.realtime.transports.audio_out import AudioOut
 
 HEARD_MARGIN_S = 0.25
 """A frame is still heard this long after the clock says it ended: a client's jitter

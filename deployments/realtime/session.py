@@ -43,7 +43,6 @@ from openai.types.realtime import (
 from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
-from deployments.realtime.audio_out import CLEAR_AUDIO
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.input_events import InputAudioEvents
 from deployments.realtime.item_events import ItemEvents, replay
@@ -60,16 +59,24 @@ from deployments.realtime.protocol import (
     parse_client_event,
     server_event,
 )
-from deployments.realtime.recorder import SessionRecorder, StoredSession
-from deployments.realtime.response import Responder, ResponseScope, ResponseSettings
-from deployments.realtime.response_requests import ResponseRequests
-from deployments.realtime.session_capture import RecordingRequest, each
-from deployments.realtime.session_record import item_from_record
+from deployments.realtime.recording.capture import RecordingRequest, each
+from deployments.realtime.response.requests import ResponseRequests
+from deployments.realtime.response.responder import Responder, ResponseScope, ResponseSettings
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
-from deployments.realtime.transport import AgentLine, CallerAudio, CallerInput, CallerMessage, ClientLeft, Transport
-from deployments.realtime.turns import TurnTaker
+from deployments.realtime.transports.audio_out import CLEAR_AUDIO
+from deployments.realtime.transports.port import (
+    AgentLine,
+    CallerAudio,
+    CallerInput,
+    CallerMessage,
+    ClientLeft,
+    Transport,
+)
+from deployments.realtime.turn_taking.taker import TurnTaker
+from deployments.session_store.record import item_from_record
+from deployments.session_store.writer import SessionRecorder, StoredSession
 
 logger = logging.getLogger(__name__)
 

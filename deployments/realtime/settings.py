@@ -20,10 +20,10 @@ from openai.types.realtime.session_update_event import Session
 from openai.types.responses.tool_choice_function import ToolChoiceFunction
 from pydantic import BaseModel, ValidationError
 
-from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.protocol import ProtocolError
-from deployments.realtime.turn_end import SEMANTIC_PAUSE_MS
-from deployments.realtime.wire_audio import PCM16, WireAudio, wire_audio
+from deployments.realtime.transports.wire_audio import PCM16, WireAudio, wire_audio
+from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.realtime.turn_taking.turn_end import SEMANTIC_PAUSE_MS
 from handlers.denoise import NoiseReductionType
 from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection

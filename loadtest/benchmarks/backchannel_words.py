@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from deployments.realtime.interruptions import RECHECK_MS
 from deployments.realtime.spoken_words import holds_a_real_word
+from deployments.realtime.turn_taking.interruptions import RECHECK_MS
 from handlers.audio import SPEECH_RATE, resample
 from handlers.stt import HUMS, SpeechToText, STTConfig
 from handlers.tts import TextToSpeech

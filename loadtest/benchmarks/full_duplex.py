@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import REALTIME_RATE, pcm16_to_float, resample
 from loadtest.client.spoken_turns import LONG_QUESTION, Speaker
 from loadtest.client.twilio_caller import FRAME_BYTES, TwilioCaller

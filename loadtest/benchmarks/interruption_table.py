@@ -54,7 +54,7 @@ from typing import Any, cast
 import jiwer
 import numpy as np
 
-from deployments.realtime.interruptions import RECHECK_MS
+from deployments.realtime.turn_taking.interruptions import RECHECK_MS
 from handlers import g711
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, float_to_pcm16, pcm16_to_float, resample
 from handlers.denoise import Denoiser, DenoiserState, NoiseReductionConfig

@@ -61,24 +61,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def main(args: argparse.Namespace) -> int:
-    config = LoadConfig(
-        url=args.url + "/realtime",
-        sessions=args.sessions,
-        turns=args.turns,
-        interrupt_rate=args.interrupt_rate,
-        cancel_rate=args.cancel_rate,
-        ramp_s=args.ramp_s,
-        duration_s=args.duration_s,
-        seed=args.seed,
-        calibrate=not args.no_calibrate,
-        continuous_mic=args.continuous_mic,
-        voiced_tones=args.voiced_tones,
-        backchannel_rate=args.backchannel_rate,
-        pause_rate=args.pause_rate,
-        turn_detection=args.turn_detection,
-        noise_reduction=args.noise_reduction,
-        resume=args.resume,
-    )
+    config = LoadConfig.from_args(args, args.url + "/realtime", calibrate=not args.no_calibrate)
     try:
         result = asyncio.run(run_load(config))
     except ConnectionError as error:

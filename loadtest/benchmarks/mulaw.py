@@ -1,7 +1,7 @@
 """The μ-law round trip on Piper's voice: what a phone caller hears of the answers.
 
 Piper speaks each sentence (24 kHz PCM16, as the TTS stage gives it); the answer's encoder
-(``deployments.realtime.wire_audio``, the one the Twilio route and ``audio/pcmu`` use) makes
+(``deployments.realtime.transports.wire_audio``, the one the Twilio route and ``audio/pcmu`` use) makes
 8 kHz μ-law of it, frame by frame; faster-whisper reads it back. The same sentences are read
 back from the 24 kHz audio too, so the cost of the phone's band shows apart from tiny.en's own
 mishearings. Prints one JSON object: the corpus's word error both ways.
@@ -15,7 +15,7 @@ import json
 import jiwer
 import numpy as np
 
-from deployments.realtime.wire_audio import PCMU, AnswerEncoder
+from deployments.realtime.transports.wire_audio import PCMU, AnswerEncoder
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, pcm16_to_float, resample
 from handlers.stt import SpeechToText
 from handlers.tts import TextToSpeech

@@ -17,7 +17,7 @@ import secrets
 import time
 from typing import Any
 
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import REALTIME_RATE, pcm16_to_float, resample
 from loadtest import options
 from loadtest.client.spoken_turns import QUESTIONS, Speaker, voice_to_voice_turns

@@ -37,7 +37,7 @@ import numpy as np
 import onnxruntime
 import yaml
 
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, float_to_pcm16, pcm16_to_float, resample
 from handlers.stt import SpeechToText, STTConfig
 from loadtest import options

@@ -22,7 +22,7 @@ import random
 import time
 from typing import Any
 
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import MAX_QUESTION, question_tone
 from loadtest import options

@@ -10,7 +10,9 @@
    Prometheus metrics are scraped before and after, for the server's view beside ours.
 """
 
+import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -60,6 +62,19 @@ class LoadConfig:
     """The ``noise_reduction`` each session asks for (``None``: none)."""
     resume: bool = False
     """Sessions resume a lost connection, and leave a draining one, with their token."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, url: str, **overrides: Any) -> "LoadConfig":
+        """The load a command's options describe, at the Realtime endpoint ``url``.
+
+        Each field is read from the option of the same name where the command takes one (the
+        shared ones of ``loadtest.options``: ``--sessions``, ``--turns``, ``--interrupt-rate``,
+        ...), so each command passes only what its options do not say; ``overrides`` win.
+        """
+        given = vars(args)
+        read = {field.name: given[field.name] for field in dataclasses.fields(cls) if field.name in given}
+        read.pop("url", None)  # the option's ws://HOST:PORT/v1; the endpoint is the caller's
+        return cls(url=url, **(read | overrides))
 
 
 @dataclass

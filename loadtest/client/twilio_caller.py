@@ -26,7 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect
 FRAME_BYTES = 160
 """20 ms of μ-law at 8 kHz: what Twilio sends in each ``media``."""
 DONE_MARK = "response.done"
-"""The server's mark after an answer's audio (``deployments.realtime.twilio``)."""
+"""The server's mark after an answer's audio (``deployments.realtime.transports.twilio``)."""
 
 
 @dataclass

@@ -124,17 +124,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def resuming_load(args: argparse.Namespace, url: str) -> LoadConfig:
-    return LoadConfig(
-        url,
-        args.sessions,
-        args.turns,
-        args.interrupt_rate,
-        0.0,
-        ramp_s=args.ramp_s,
-        duration_s=args.duration_s,
-        seed=args.seed,
-        resume=True,
-    )
+    return LoadConfig.from_args(args, url, cancel_rate=0.0, resume=True)
 
 
 def report(result: Any, disruption: dict[str, Any], out: Path) -> None:

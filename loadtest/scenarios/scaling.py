@@ -96,14 +96,10 @@ async def measure(local: LocalServe, replicas: int, args: argparse.Namespace, na
     app = app_args(replicas, args.tts_hold_s, vary=args.vary, speech_s_per_word=args.speech_s_per_word)
     routing_s = local.deploy(app)
     ingress_replicas = app["ingress"]["deployment"]["num_replicas"]
-    config = LoadConfig(
+    config = LoadConfig.from_args(
+        args,
         local.url + "/realtime",
-        args.sessions,
         turns=1000,
-        interrupt_rate=args.interrupt_rate,
-        cancel_rate=args.cancel_rate,
-        ramp_s=args.ramp_s,
-        duration_s=args.duration_s,
         seed=1,
         # Interruptions are timed by it to land while the answer streams; without it they
         # mostly come too late, and more often the faster the server (runs unalike).

@@ -59,10 +59,11 @@ def live_actors() -> dict[str, int]:
     return counts
 
 
-def load(url: str, sessions: int, seconds: float, seed: int) -> LoadConfig:
-    return LoadConfig(
+def load(args: argparse.Namespace, url: str, seconds: float, seed: int) -> LoadConfig:
+    """``--sessions`` of them for ``seconds``; the rest is fixed."""
+    return LoadConfig.from_args(
+        args,
         url + "/realtime",
-        sessions,
         turns=100_000,
         interrupt_rate=0.3,
         cancel_rate=0.1,
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> None:
     with LocalServe(dashboard=True) as local:  # the dashboard's state API lists the actors
         local.deploy(app_args(replicas=2, hold_s=0.02))
         port = local.port
-        asyncio.run(run_load(load(local.url, args.sessions, args.warmup_s, seed=1)))
+        asyncio.run(run_load(load(args, local.url, args.warmup_s, seed=1)))
         wait_for_no_sessions(port)
         actors_before = live_actors()
         ingress = ingress_processes()
@@ -97,7 +98,7 @@ def main(args: argparse.Namespace) -> None:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        result = asyncio.run(run_load(load(local.url, args.sessions, args.minutes * 60, seed=2)))
+        result = asyncio.run(run_load(load(args, local.url, args.minutes * 60, seed=2)))
         stop.set()
         sampler.join()
         summary = write(result, args.out_dir / "soak.json")

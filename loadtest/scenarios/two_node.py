@@ -109,17 +109,8 @@ async def scenario(local: LocalServe, args: argparse.Namespace) -> dict[str, Any
     names = local.node_names
     url = local.url + "/realtime"
     metrics_urls: list[str] = (server_stats(url) or {}).get("metrics_urls", [])
-    config = LoadConfig(
-        url,
-        args.sessions,
-        turns=100_000,
-        interrupt_rate=args.interrupt_rate,
-        cancel_rate=args.cancel_rate,
-        ramp_s=args.ramp_s,
-        duration_s=args.duration_s,
-        seed=args.seed,
-        calibrate=True,  # interruptions are timed to land while the answer streams
-    )
+    # Calibrated: interruptions are timed to land while the answer streams.
+    config = LoadConfig.from_args(args, url, turns=100_000, calibrate=True)
 
     samples: list[dict[str, float]] = []
 

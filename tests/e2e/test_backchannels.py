@@ -1,4 +1,4 @@
-"""Interruptions that are real, with the real models (``deployments.realtime.interruptions``):
+"""Interruptions that are real, with the real models (``deployments.realtime.turn_taking.interruptions``):
 a backchannel spoken over an answer is no turn, and the question after it is one, from its
 own onset. Turns are taken in order, so the question's ``speech_started`` proves the
 backchannel before it was decided. The session asks for its answer's audio paced (the

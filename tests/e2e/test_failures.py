@@ -22,7 +22,7 @@ from ray.util.state import list_actors
 from realtime_client import Client, open_client
 
 from deployments.app import build_app
-from deployments.realtime.failover import REPLICA_FAILOVER_S
+from deployments.realtime.response.failover import REPLICA_FAILOVER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from handlers.synthetic import question_tone
 

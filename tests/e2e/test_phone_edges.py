@@ -22,7 +22,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from deployments.app import build_app
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.synthetic import question_tone
 from loadtest import cli

@@ -33,7 +33,7 @@ from realtime_client import normalise
 from streamdouble import api, scenario
 from streamdouble.session import SessionConfig
 
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, float_to_pcm16, resample
 from handlers.stt import SpeechToText
 

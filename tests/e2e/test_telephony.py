@@ -18,7 +18,7 @@ import pytest
 from agents.realtime import RealtimeAgent, RealtimeRunner
 from realtime_client import FINISHED, LONG_QUESTION, is_done, normalise
 
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.wire_audio import PCMU
 from handlers.audio import SPEECH_RATE, resample
 from handlers.stt import SpeechToText
 from loadtest.client.twilio_caller import TwilioCaller

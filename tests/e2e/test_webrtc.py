@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from realtime_client import FINISHED, LONG_QUESTION
 
-from deployments.realtime.webrtc import PEER_GONE_AFTER_S
+from deployments.realtime.transports.webrtc import PEER_GONE_AFTER_S
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, resample
 from loadtest.client.webrtc_call import Call, post_offer
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from deployments.realtime.spoken_words import holds_a_real_word
-from deployments.realtime.turn_end import WORDS_END_ABOVE
+from deployments.realtime.turn_taking.turn_end import WORDS_END_ABOVE
 from handlers.audio import SPEECH_RATE, pcm16_to_float, resample
 from handlers.llm import LanguageModel, PromptTooLong
 from handlers.stt import COMPRESSION_RATIO_LIMIT, SpeechToText, STTConfig, _compression_ratio

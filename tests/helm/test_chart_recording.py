@@ -11,7 +11,7 @@ import yaml
 from test_chart import CRD_SCHEMA, rayservice, render
 
 from deployments.config import AppConfig
-from deployments.realtime.recording_config import RecordingConfig
+from deployments.realtime.recording.config import RecordingConfig
 
 pytestmark = pytest.mark.fast
 """No Ray cluster and no model: part of ``make test-fast``."""

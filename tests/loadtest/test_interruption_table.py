@@ -20,7 +20,7 @@ def tone(seconds: float = 1.0, hz: float = 440.0) -> np.ndarray:
 
 GAIN = {"websocket": 1.0, "phone": 1.0, "webrtc": 0.5**0.5}
 """What each path does to the level: Opus is decoded to stereo, and the server's resampler to
-mono (libswresample's downmix, as ``deployments/realtime/webrtc.py`` asks) takes 3 dB off."""
+mono (libswresample's downmix, as ``deployments/realtime/transports/webrtc.py`` asks) takes 3 dB off."""
 
 
 @pytest.mark.fast

@@ -5,8 +5,8 @@ import asyncio
 import secrets
 from typing import Any
 
-from deployments.redis_records import RedisRecords
-from deployments.session_records import RecordWrite
+from deployments.session_store.ray_records import RecordWrite
+from deployments.session_store.redis_records import RedisRecords
 
 
 class BlockingRedisRecords:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from blocking_records import BlockingRedisRecords
 
-from deployments.session_records import SessionRecords
+from deployments.session_store.ray_records import SessionRecords
 
 WINDOW_S = 300.0
 

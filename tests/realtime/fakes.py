@@ -21,12 +21,12 @@ from cancel import CancelScope, ScopeTicket
 from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
-from deployments.realtime.interruptions import InterruptionRules
-from deployments.realtime.recorder import StoredSession
+from deployments.realtime.recording.capture import RecordingRequest
 from deployments.realtime.session import RealtimeSession
-from deployments.realtime.session_capture import RecordingRequest
-from deployments.realtime.transport import WebSocketTransport
-from deployments.realtime.wire_audio import WireAudio
+from deployments.realtime.transports.port import WebSocketTransport
+from deployments.realtime.transports.wire_audio import WireAudio
+from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.session_store.writer import StoredSession
 from deployments.telemetry import Carrier
 from deployments.voice_activity import VADResult
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, float_to_pcm16, pcm16_to_float, resample

@@ -15,14 +15,14 @@ from openai import BaseModel as OpenAIModel
 from openai.types.realtime import InputAudioBufferClearedEvent
 
 from deployments.metrics import IngressMetrics, SessionMetrics
-from deployments.realtime.audio_out import CLEAR_AUDIO, WebSocketAudio
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import encode, server_event
-from deployments.realtime.response import Responder, ResponseSettings
+from deployments.realtime.response.responder import Responder, ResponseSettings
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.supervision import Supervisor
+from deployments.realtime.transports.audio_out import CLEAR_AUDIO, WebSocketAudio
 from handlers.vad import TurnDetection
 
 MARK = "input_audio_buffer.cleared"

@@ -7,11 +7,11 @@ import math
 from fakes import FakeScope
 from rig import Rig
 
-from deployments.realtime.answer_sinks import SpokenAnswer, WrittenAnswer
-from deployments.realtime.function_calls import FunctionCalls, finish_call
 from deployments.realtime.items import AssistantMessage, FunctionCall
-from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.answer_sinks import SpokenAnswer, WrittenAnswer
+from deployments.realtime.response.events import ResponseEvents
+from deployments.realtime.response.function_calls import FunctionCalls, finish_call
+from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.timeline import Timeline
 from handlers.audio import REALTIME_RATE
 from handlers.tools import FunctionCallArguments, FunctionCallStarted

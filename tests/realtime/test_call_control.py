@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from test_twilio import QUESTION, Call, twilio_harness
 
 from deployments.realtime import spoken_lines
-from deployments.realtime.call_control import CallControlConfig, CallEnding, HangUpOnSilence
 from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART
+from deployments.realtime.transports.call_control import CallControlConfig, CallEnding, HangUpOnSilence
 from handlers.tools import FunctionCallArguments, FunctionCallStarted
 
 GREETING = "Hello, this is the front desk."

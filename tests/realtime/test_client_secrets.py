@@ -21,9 +21,9 @@ from deployments.client_secrets import ClientSecretGrant, ClientSecrets
 from deployments.config import IngressConfig
 from deployments.keyed_digests import KeyedDigests
 from deployments.realtime.session import new_settings
-from deployments.redis_records import RedisRecords
-from deployments.session_records import ReplicaSecrets
-from deployments.session_store import ResumeToken, SessionStore
+from deployments.session_store.ray_records import ReplicaSecrets
+from deployments.session_store.redis_records import RedisRecords
+from deployments.session_store.store import ResumeToken, SessionStore
 
 KEY = b"the server's key"
 

@@ -1,4 +1,4 @@
-"""Interruptions that are real (``deployments.realtime.interruptions``), on fake stages.
+"""Interruptions that are real (``deployments.realtime.turn_taking.interruptions``), on fake stages.
 
 Question tones stand in for speech (``fakes.speech``); the fake STT hears each tone as its
 question, and a test says which of them are backchannels. Every answer here is long (three
@@ -12,12 +12,12 @@ import pytest
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
 from deployments.metrics import IngressMetrics, SessionMetrics
-from deployments.realtime.audio_out import AnswerAudio
-from deployments.realtime.interruptions import InterruptionRules
 from deployments.realtime.playback import Playback
 from deployments.realtime.spoken_words import holds_a_real_word
-from deployments.realtime.webrtc import FRAME_SAMPLES, AnswerTrack
-from deployments.realtime.wire_audio import PCM16
+from deployments.realtime.transports.audio_out import AnswerAudio
+from deployments.realtime.transports.webrtc import FRAME_SAMPLES, AnswerTrack
+from deployments.realtime.transports.wire_audio import PCM16
+from deployments.realtime.turn_taking.interruptions import InterruptionRules
 from handlers.synthetic import ToneTranscriber
 
 BACKCHANNEL, QUESTION = 3, 2

@@ -19,7 +19,7 @@ from deployments.realtime.items import (
     from_client,
 )
 from deployments.realtime.protocol import ProtocolError
-from deployments.realtime.wire_audio import PCM16
+from deployments.realtime.transports.wire_audio import PCM16
 from handlers.audio import SPEECH_RATE, b64_pcm16_encode
 
 CASES: list[tuple[dict[str, Any], type, dict[str, Any]]] = [

@@ -6,10 +6,10 @@ from fakes import FakeStages, Harness
 from openai.types.realtime import RealtimeResponse, ResponseAudioDeltaEvent, ResponseDoneEvent
 from rig import Rig
 
-from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.items import truncate_spoken
 from deployments.realtime.outbox import DROPPED_ON_CANCEL, KEPT_ON_CANCEL, SERVER_EVENT_TYPES
 from deployments.realtime.protocol import server_event
+from deployments.realtime.transports.audio_out import AnswerAudio
 from handlers.audio import REALTIME_RATE
 from handlers.text import SpeechChunker
 

@@ -19,8 +19,8 @@ from deployments.config import IngressConfig, TwilioConfig
 from deployments.keyed_digests import KeyedDigests
 from deployments.pending_streams import MadeRoom, PendingStreams
 from deployments.phone_calls import INCOMING_CALL_PATH, MAX_REDIRECTS, SECRET_PARAMETER, PhoneCalls
-from deployments.realtime.call_control import CallEnding
-from deployments.session_records import ReplicaSecrets
+from deployments.realtime.transports.call_control import CallEnding
+from deployments.session_store.ray_records import ReplicaSecrets
 from deployments.twilio_signature import is_signed, signature
 
 KEY = "the server's key"

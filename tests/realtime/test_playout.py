@@ -5,13 +5,13 @@ import asyncio
 
 from rig import Rig
 
-from deployments.realtime.audio_out import WebSocketAudio
 from deployments.realtime.items import AssistantMessage
 from deployments.realtime.playback import Playback
-from deployments.realtime.playout import Playout
-from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.events import ResponseEvents
+from deployments.realtime.response.playout import Playout
+from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.timeline import Timeline
+from deployments.realtime.transports.audio_out import WebSocketAudio
 
 FRAME = bytes(4800)  # 100 ms at 24 kHz
 

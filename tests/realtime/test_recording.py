@@ -13,14 +13,14 @@ from fakes import FakeStages, FakeStream, Harness, append_audio, speech
 from pydantic import ValidationError
 
 from deployments.messages import TTSRequest
-from deployments.realtime.audio_out import CLEAR_AUDIO, AnswerAudio
 from deployments.realtime.protocol import ProtocolError, error_event
-from deployments.realtime.recording import FLUSH_BYTES, RATE, StereoRecording
-from deployments.realtime.recording_config import RecordingConfig
-from deployments.realtime.retention import sweep
-from deployments.realtime.session_capture import RecordingRequest, Recordings
-from deployments.realtime.session_report import MAX_ENTRIES, SessionReport, turn_timings
-from deployments.realtime.wire_audio import PCM16, PCMU
+from deployments.realtime.recording.capture import RecordingRequest, Recordings
+from deployments.realtime.recording.config import RecordingConfig
+from deployments.realtime.recording.report import MAX_ENTRIES, SessionReport, turn_timings
+from deployments.realtime.recording.retention import sweep
+from deployments.realtime.recording.wav import FLUSH_BYTES, RATE, StereoRecording
+from deployments.realtime.transports.audio_out import CLEAR_AUDIO, AnswerAudio
+from deployments.realtime.transports.wire_audio import PCM16, PCMU
 from handlers import g711
 
 MS = RATE // 1000

@@ -12,12 +12,12 @@ from typing import Any
 from fakes import Harness, append_audio, speech
 from test_recording import MS, channels, frame, noise, speaking_stages
 
-from deployments.realtime.recording import RATE, StereoRecording
-from deployments.realtime.recording_budget import Budget, Share
-from deployments.realtime.recording_config import RecordingConfig, peak_bytes
-from deployments.realtime.retention import RECORDING_FILE, used_bytes
-from deployments.realtime.session_capture import RecordingRequest, Recordings
-from deployments.realtime.wire_audio import PCM16
+from deployments.realtime.recording.budget import Budget, Share
+from deployments.realtime.recording.capture import RecordingRequest, Recordings
+from deployments.realtime.recording.config import RecordingConfig, peak_bytes
+from deployments.realtime.recording.retention import RECORDING_FILE, used_bytes
+from deployments.realtime.recording.wav import RATE, StereoRecording
+from deployments.realtime.transports.wire_audio import PCM16
 
 BUDGET = 1 << 20
 SECOND = RATE * 2

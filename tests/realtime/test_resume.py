@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from cluster.redis_server import RedisServer
 from deployments.keyed_digests import KeyedDigests
-from deployments.realtime.recorder import EMPTY_STATE
-from deployments.redis_records import RedisRecords
-from deployments.session_records import ActorRecords, SessionRecords
-from deployments.session_store import ResumeToken, SessionStore
+from deployments.session_store.ray_records import ActorRecords, SessionRecords
+from deployments.session_store.redis_records import RedisRecords
+from deployments.session_store.store import ResumeToken, SessionStore
+from deployments.session_store.writer import EMPTY_STATE
 
 WINDOW_S = 300.0
 KEY = b"the server's key"

@@ -8,8 +8,8 @@ from rig import Rig
 
 from deployments.realtime.conversation import prompt
 from deployments.realtime.items import UserAudio
-from deployments.realtime.speculation import Speculator
 from deployments.realtime.timeline import Timeline
+from deployments.realtime.turn_taking.speculation import Speculator
 from handlers.audio import SPEECH_RATE
 
 UTTERANCE = np.zeros(SPEECH_RATE, np.float32)

@@ -15,8 +15,8 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import RequestCancelledError
 
 from deployments.messages import StoppedAsStale, TTSRequest
-from deployments.realtime import failover
-from deployments.realtime.failover import replica_lost
+from deployments.realtime.response import failover
+from deployments.realtime.response.failover import replica_lost
 from deployments.realtime.stages import StageFailure
 from handlers.audio import REALTIME_RATE
 

@@ -1,4 +1,4 @@
-"""``semantic_vad`` on fake stages (``deployments.realtime.turn_end``): the end-of-turn
+"""``semantic_vad`` on fake stages (``deployments.realtime.turn_taking.turn_end``): the end-of-turn
 model's verdict at each short pause ends the turn, or holds it for more speech.
 
 The fake model calls an utterance complete once it holds more than 1.6 s of audio: one

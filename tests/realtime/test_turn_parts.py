@@ -6,12 +6,12 @@ import numpy as np
 from openai.types.realtime import InputAudioBufferClearedEvent
 from rig import Rig
 
-from deployments.realtime.idle import IdleTimeout
 from deployments.realtime.items import InputText
-from deployments.realtime.partials import PartialTranscripts
 from deployments.realtime.protocol import server_event
 from deployments.realtime.timeline import Timeline
-from deployments.realtime.transcription import Transcription
+from deployments.realtime.turn_taking.idle import IdleTimeout
+from deployments.realtime.turn_taking.partials import PartialTranscripts
+from deployments.realtime.turn_taking.transcription import Transcription
 from handlers.audio import SPEECH_RATE
 
 DELTA = "conversation.item.input_audio_transcription.delta"

@@ -12,11 +12,11 @@ from fakes import FakeStages, speech
 from test_twilio import Call, twilio_harness
 
 from deployments.config import InputLimits
-from deployments.realtime.audio_out import AnswerAudio
-from deployments.realtime.keypad import MAX_ENTRY_DIGITS, Keypad
 from deployments.realtime.limits import Violation
-from deployments.realtime.twilio import LOGGED_PROBLEMS, MAX_PENDING_MARKS, TwilioAudio
-from deployments.realtime.wire_audio import PCMU
+from deployments.realtime.transports.audio_out import AnswerAudio
+from deployments.realtime.transports.keypad import MAX_ENTRY_DIGITS, Keypad
+from deployments.realtime.transports.twilio import LOGGED_PROBLEMS, MAX_PENDING_MARKS, TwilioAudio
+from deployments.realtime.transports.wire_audio import PCMU
 
 FLOOD = 5000
 HANG_UP_WITHIN_S = 10.0
@@ -36,7 +36,7 @@ FLOODS: dict[str, Callable[[Call], None]] = {
 
 
 def twilio_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "deployments.realtime.twilio"]
+    return [r.getMessage() for r in caplog.records if r.name == "deployments.realtime.transports.twilio"]
 
 
 @pytest.mark.parametrize("flood", list(FLOODS), ids=list(FLOODS))

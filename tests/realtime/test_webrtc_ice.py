@@ -14,7 +14,7 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from deployments.config import IceServer
-from deployments.realtime.webrtc import IceServers, WebRTCTransport
+from deployments.realtime.transports.webrtc import IceServers, WebRTCTransport
 from loadtest.client.webrtc_call import Microphone
 
 USER, PASSWORD = "s2s", "secret-for-the-test"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fakes import FakeStages, Harness, in_format, send_audio, speech
 
-from deployments.realtime.wire_audio import PCM16, PCMA, PCMU
+from deployments.realtime.transports.wire_audio import PCM16, PCMA, PCMU
 
 FORMATS = {"audio/pcmu": PCMU, "audio/pcma": PCMA}
 

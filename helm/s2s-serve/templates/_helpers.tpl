@@ -362,7 +362,7 @@ a binary or decimal suffix up to T). */}}
 none): on the emptyDir at most 90 % of its sizeLimit, which it is when not given, as the
 kubelet evicts a pod whose emptyDir passes its sizeLimit; with a claim, as given. Fails the
 render for a budget over that, or one the app would refuse: less than one recording of
-maxSessionS at its peak (deployments/realtime/recording_config.py, peak_bytes: both raw
+maxSessionS at its peak (deployments/realtime/recording/config.py, peak_bytes: both raw
 channels, 24 kHz 16-bit, and the WAV made of them, its header and 64 KiB for its report). */}}
 {{- define "s2s-serve.recordingBytes" -}}
 {{- $recording := .Values.recording -}}

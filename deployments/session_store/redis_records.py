@@ -20,8 +20,8 @@ from typing import cast
 import redis.asyncio as redis
 
 from deployments.client_secrets import ClientSecretGrant, opens
-from deployments.realtime.session_record import SessionState
-from deployments.session_records import RecordWrite
+from deployments.session_store.ray_records import RecordWrite
+from deployments.session_store.record import SessionState
 
 CONNECT_TIMEOUT_S = 1.0
 CALL_TIMEOUT_S = 2.0

@@ -15,8 +15,8 @@ from deployments.realtime.conversation import Conversation
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, server_event
-from deployments.realtime.response import Responder
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.responder import Responder
+from deployments.realtime.response.run import ResponseRun
 
 
 class HeardAnswers:

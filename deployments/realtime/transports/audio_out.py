@@ -11,7 +11,7 @@ its caller plays the audio:
   (``Playback.room``) at most ``audio_lead_ms`` ahead;
 - WebRTC plays them on the server's own track, in real time: it can pause and clear;
 - Twilio gets μ-law ``media`` messages and a ``mark`` after each, whose echoes say what the
-  caller has played (``deployments.realtime.twilio``).
+  caller has played (``deployments.realtime.transports.twilio``).
 """
 
 import base64
@@ -22,7 +22,7 @@ from openai import BaseModel as OpenAIModel
 from openai.types.realtime import ResponseAudioDeltaEvent
 
 from deployments.realtime.protocol import server_event
-from deployments.realtime.wire_audio import AnswerEncoder, WireAudio
+from deployments.realtime.transports.wire_audio import AnswerEncoder, WireAudio
 
 
 @dataclass(slots=True)

@@ -15,8 +15,8 @@ from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
 from starlette.websockets import WebSocketState
 
-from deployments.realtime.audio_out import AudioOut, WebSocketAudio
 from deployments.realtime.protocol import encode
+from deployments.realtime.transports.audio_out import AudioOut, WebSocketAudio
 
 
 class ClientLeft(Exception):

@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from deployments.realtime.recording_config import peak_bytes
-from deployments.realtime.retention import sweep, used_bytes
+from deployments.realtime.recording.config import peak_bytes
+from deployments.realtime.recording.retention import sweep, used_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import ray
 from ray.actor import ActorHandle
 
 from deployments.client_secrets import ClientSecretGrant, opens
-from deployments.realtime.session_record import SessionState
+from deployments.session_store.record import SessionState
 
 EXPIRY_SWEEP_S = 1.0
 

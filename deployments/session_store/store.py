@@ -1,9 +1,9 @@
 """Sessions' records outside the ingress replicas, so that a client that lost its socket
 resumes its session on any replica (issue 40).
 
-Where the records live is the config's ``kind``: ``ray`` (:mod:`deployments.session_records`),
+Where the records live is the config's ``kind``: ``ray`` (:mod:`deployments.session_store.ray_records`),
 one detached actor per application, which outlives every ingress replica but not the Ray
-cluster; ``redis`` (:mod:`deployments.redis_records`), a Redis server, which outlives the
+cluster; ``redis`` (:mod:`deployments.session_store.redis_records`), a Redis server, which outlives the
 Ray cluster too (a KubeRay ``NewCluster`` upgrade); ``none``, nowhere. Both keep the same
 rules, tested on both.
 
@@ -36,10 +36,10 @@ from cancel import spawn_detached
 from deployments.client_secrets import ClientSecrets, SecretRecords
 from deployments.keyed_digests import KeyedDigests
 from deployments.realtime.protocol import new_id
-from deployments.realtime.recorder import EMPTY_STATE, StoredSession
-from deployments.realtime.session_record import SessionState
-from deployments.redis_records import RedisRecords
-from deployments.session_records import RecordWrite, ReplicaSecrets, ray_records
+from deployments.session_store.ray_records import RecordWrite, ReplicaSecrets, ray_records
+from deployments.session_store.record import SessionState
+from deployments.session_store.redis_records import RedisRecords
+from deployments.session_store.writer import EMPTY_STATE, StoredSession
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ResumeToken:
 
 
 class Records(SecretRecords, Protocol):
-    """What keeps the records, by the rules of :class:`deployments.session_records.SessionRecords`."""
+    """What keeps the records, by the rules of :class:`deployments.session_store.ray_records.SessionRecords`."""
 
     async def open(
         self, session_id: str, secret_digest: bytes, key_digest: bytes | None, state: SessionState

@@ -14,12 +14,12 @@ from typing import Protocol
 
 from cancel import ScopeTicket
 from deployments.messages import TTSRequest
-from deployments.realtime.failover import FailoverStream
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
-from deployments.realtime.playout import Playout, audio_ms
-from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.events import ResponseEvents
+from deployments.realtime.response.failover import FailoverStream
+from deployments.realtime.response.playout import Playout, audio_ms
+from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.turn_trace import StageSpan
@@ -83,7 +83,7 @@ class SpokenAnswer:
     """A spoken answer: each speakable piece's transcript, then its TTS audio in frames of
     ``audio_delta_ms``, sent by the answer's :class:`Playout` (paced to the listener while
     the next piece is synthesised). A TTS replica lost mid-piece costs no words: another
-    speaks it (``deployments.realtime.failover``)."""
+    speaks it (``deployments.realtime.response.failover``)."""
 
     def __init__(
         self,

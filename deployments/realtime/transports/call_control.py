@@ -9,7 +9,7 @@ settings, acted on when a completed ``response.done`` holds a call to them and i
 has played (the answer's done mark came back). A ``/v1/realtime`` client that declares the
 same tools gets the same function calls to handle itself; nothing of this is in the session.
 
-:class:`CallControl` decides; the transport (:mod:`deployments.realtime.twilio`) says the
+:class:`CallControl` decides; the transport (:mod:`deployments.realtime.transports.twilio`) says the
 lines, keeps the call's ending where the call's next webhook reads it (:class:`CallLine`),
 and closes the stream.
 """

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from deployments.realtime.items import FunctionCall
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import new_id
-from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.events import ResponseEvents
+from deployments.realtime.response.run import ResponseRun
 from handlers.tools import FunctionCallArguments, FunctionCallStarted
 
 

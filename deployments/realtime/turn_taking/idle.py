@@ -13,12 +13,12 @@ from openai.types.realtime import InputAudioBufferTimeoutTriggered
 from deployments.realtime.conversation import Conversation, prompt
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import new_id, server_event
-from deployments.realtime.response import Responder
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.responder import Responder
+from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
-from deployments.realtime.transcription import Transcription
+from deployments.realtime.turn_taking.transcription import Transcription
 
 
 class IdleTimeout:

@@ -27,11 +27,11 @@ from openai.types.realtime import (
     ResponseTextDoneEvent,
 )
 
-from deployments.realtime.audio_out import AnswerAudio
 from deployments.realtime.items import FunctionCall, Item
 from deployments.realtime.outbox import Outbox, Sent
 from deployments.realtime.protocol import ProtocolError, error_event, server_event
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.run import ResponseRun
+from deployments.realtime.transports.audio_out import AnswerAudio
 
 
 class ResponseEvents:

@@ -17,14 +17,14 @@ import numpy as np
 from deployments.realtime.conversation import Conversation, NothingToAnswer, prompt
 from deployments.realtime.items import Item
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.response import Responder
-from deployments.realtime.response_run import DropReason, ResponseRun
+from deployments.realtime.response.responder import Responder
+from deployments.realtime.response.run import DropReason, ResponseRun
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.spoken_words import holds_speech
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
-from deployments.realtime.transcription import stt_future
+from deployments.realtime.turn_taking.transcription import stt_future
 from handlers.llm import ChatMessage
 
 

@@ -22,8 +22,8 @@ from collections import deque
 from deployments.realtime.items import AssistantMessage
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
-from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import ResponseRun
+from deployments.realtime.response.events import ResponseEvents
+from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.supervision import Spawn
 from handlers.audio import REALTIME_RATE
 

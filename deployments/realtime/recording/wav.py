@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from deployments.realtime.audio_out import AnswerAudio, ClearAudio
-from deployments.realtime.recording_budget import Share
-from deployments.realtime.wire_audio import WireAudio
+from deployments.realtime.recording.budget import Share
+from deployments.realtime.transports.audio_out import AnswerAudio, ClearAudio
+from deployments.realtime.transports.wire_audio import WireAudio
 from handlers import g711
 from handlers.audio import REALTIME_RATE, StreamResampler, float_to_pcm16
 

@@ -36,14 +36,28 @@ from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
 from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent, SessionCreatedEvent
 
-from deployments.realtime.audio_out import AnswerAudio
-from deployments.realtime.call_control import Action, CallControl, CallControlConfig, CallEnding, CallLine, Say
-from deployments.realtime.keypad import Keypad
 from deployments.realtime.limits import Violation
-from deployments.realtime.playout import audio_ms
 from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART, SessionDrainingEvent
-from deployments.realtime.transport import AgentLine, CallerAudio, CallerInput, CallerMessage, ClientLeft, send_text
-from deployments.realtime.wire_audio import PCMU, AnswerEncoder
+from deployments.realtime.response.playout import audio_ms
+from deployments.realtime.transports.audio_out import AnswerAudio
+from deployments.realtime.transports.call_control import (
+    Action,
+    CallControl,
+    CallControlConfig,
+    CallEnding,
+    CallLine,
+    Say,
+)
+from deployments.realtime.transports.keypad import Keypad
+from deployments.realtime.transports.port import (
+    AgentLine,
+    CallerAudio,
+    CallerInput,
+    CallerMessage,
+    ClientLeft,
+    send_text,
+)
+from deployments.realtime.transports.wire_audio import PCMU, AnswerEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +267,7 @@ class CallPlan:
 class TwilioTransport:
     """One Twilio media stream as the session's transport, and the call's client: it opens
     the session with the call's settings and greeting, and acts on what the call's control
-    finds due (:mod:`deployments.realtime.call_control`)."""
+    finds due (:mod:`deployments.realtime.transports.call_control`)."""
 
     def __init__(self, websocket: WebSocket, start: StreamStart, plan: CallPlan) -> None:
         self._ws = websocket

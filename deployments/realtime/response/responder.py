@@ -28,16 +28,16 @@ from openai.types.realtime import RealtimeResponseStatus
 from cancel import ScopeTicket
 from deployments.messages import LLMRequest
 from deployments.metrics import SessionMetrics
-from deployments.realtime.answer_sinks import AnswerSink, answer_sink
 from deployments.realtime.conversation import Conversation, NothingToAnswer
 from deployments.realtime.failures import StageFailure
-from deployments.realtime.function_calls import FunctionCalls, finish_call
 from deployments.realtime.items import AssistantMessage, FunctionCall, Item
 from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id
-from deployments.realtime.response_events import ResponseEvents
-from deployments.realtime.response_run import CancelReason, DropReason, ResponseRun, Status
+from deployments.realtime.response.answer_sinks import AnswerSink, answer_sink
+from deployments.realtime.response.events import ResponseEvents
+from deployments.realtime.response.function_calls import FunctionCalls, finish_call
+from deployments.realtime.response.run import CancelReason, DropReason, ResponseRun, Status
 from deployments.realtime.settings import ResponseOptions, SessionSettings
 from deployments.realtime.spoken_lines import sentences
 from deployments.realtime.stages import Stages, StageStream

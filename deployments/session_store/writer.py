@@ -23,8 +23,8 @@ from openai.types.realtime import (
 
 from cancel import spawn_detached
 from deployments.realtime.conversation import Conversation
-from deployments.realtime.session_record import SessionState, item_record
 from deployments.realtime.settings import SessionSettings
+from deployments.session_store.record import SessionState, item_record
 
 logger = logging.getLogger(__name__)
 

@@ -19,22 +19,22 @@ from openai.types.realtime import InputAudioBufferSpeechStartedEvent, InputAudio
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput, TurnEvent
 from deployments.realtime.conversation import Conversation, prompt, turn_prompt
-from deployments.realtime.heard import HeardAnswers
-from deployments.realtime.idle import IdleTimeout
-from deployments.realtime.interruptions import InterruptionGate
 from deployments.realtime.items import Item
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.partials import PartialTranscripts
 from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import new_id, server_event
-from deployments.realtime.response import Responder
+from deployments.realtime.response.responder import Responder
 from deployments.realtime.settings import SessionSettings
-from deployments.realtime.speculation import Speculator
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
-from deployments.realtime.transcription import Transcription, stt_future
-from deployments.realtime.turn_end import TurnEnd
+from deployments.realtime.turn_taking.heard import HeardAnswers
+from deployments.realtime.turn_taking.idle import IdleTimeout
+from deployments.realtime.turn_taking.interruptions import InterruptionGate
+from deployments.realtime.turn_taking.partials import PartialTranscripts
+from deployments.realtime.turn_taking.speculation import Speculator
+from deployments.realtime.turn_taking.transcription import Transcription, stt_future
+from deployments.realtime.turn_taking.turn_end import TurnEnd
 from handlers.vad import SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
 
 logger = logging.getLogger(__name__)

@@ -28,12 +28,12 @@ from typing import Any, Protocol
 
 from cancel import spawn_detached
 from deployments.realtime.protocol import ProtocolError, error_event
-from deployments.realtime.recording import StereoRecording
-from deployments.realtime.recording_budget import Budget, Share
-from deployments.realtime.recording_config import WAV_HEADER_BYTES, RecordingConfig
-from deployments.realtime.retention import sweep
-from deployments.realtime.session_report import SessionReport
-from deployments.realtime.wire_audio import WireAudio
+from deployments.realtime.recording.budget import Budget, Share
+from deployments.realtime.recording.config import WAV_HEADER_BYTES, RecordingConfig
+from deployments.realtime.recording.report import SessionReport
+from deployments.realtime.recording.retention import sweep
+from deployments.realtime.recording.wav import StereoRecording
+from deployments.realtime.transports.wire_audio import WireAudio
 
 logger = logging.getLogger(__name__)
 

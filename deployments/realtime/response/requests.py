@@ -7,7 +7,7 @@ from deployments.metrics import SessionMetrics
 from deployments.realtime.conversation import Conversation, prompt
 from deployments.realtime.items import from_client
 from deployments.realtime.protocol import ProtocolError
-from deployments.realtime.response import Responder
+from deployments.realtime.response.responder import Responder
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.timeline import Timeline
 

@@ -1,0 +1,1 @@
+"""Recording a session's audio and report (face: :mod:`.capture`)."""

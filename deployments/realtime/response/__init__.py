@@ -1,0 +1,1 @@
+"""Responses: an answer's run from the LLM to the transport (face: :mod:`.responder`)."""
