@@ -23,7 +23,7 @@ from deployments.placement import replica_placement
 from deployments.voice_activity import VADCall, VADResult, in_process, listener_for
 from handlers.audio import SPEECH_RATE
 from handlers.denoise import NoiseReductionConfig
-from handlers.llm import ChatMessage, LanguageModel, LLMConfig
+from handlers.llm import ChatEngine, ChatMessage, LanguageModel, LLMConfig
 from handlers.stt import SpeechToText, STTConfig
 from handlers.synthetic import ScriptedLanguageModel, SyntheticConfig, ToneSpeaker, ToneTranscriber
 from handlers.tools import LLMOutput
@@ -94,7 +94,7 @@ class LLM:
         """The engine is warmed up before the replica is ready: its first user's turn must not
         pay the engine's first-request setup."""
         telemetry.configure("s2s-llm")
-        self._model: LanguageModel | ScriptedLanguageModel = (
+        self._model: ChatEngine = (
             LanguageModel.create(config) if synthetic is None else ScriptedLanguageModel(synthetic)
         )
         if isinstance(self._model, LanguageModel):

@@ -104,7 +104,7 @@ def ingress_drain_hold_s(ingress: IngressConfig) -> float:
     its drain (``drain_s`` from the first look that sees the stop, within ``shutdown_poll_s``)
     and the closes. Ray's default is 30 s, whatever the drain: a longer drain (the chart's
     300 s) was cut there, and ours of 2.5 s cut every drain short, with the answers in flight
-    (docs/bench (c8))."""
+    (docs/bench/notes/resume.md, "The drain fix")."""
     return ingress.drain_s + ingress.shutdown_poll_s + DRAIN_CLOSE_S
 
 

@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -76,6 +76,44 @@ MIN_ANSWER_TOKENS = 16
 
 class PromptTooLong(ValueError):
     """The prompt does not leave room for an answer in the model's context."""
+
+
+class ChatEngine(Protocol):
+    """What the LLM deployment (``deployments.models.LLM``) calls on its engine, the real one
+    (:class:`LanguageModel`) or the load tests' synthetic double
+    (``handlers.synthetic.ScriptedLanguageModel``). Declared once so that mypy holds both to
+    it: a call one of them lacks fails the type check, not a load test's replica."""
+
+    def stream(
+        self,
+        messages: list[ChatMessage],
+        is_stale: Callable[[], bool] = ...,
+        request_id: str | None = None,
+        max_tokens: int | None = None,
+        tools: ToolUse | None = None,
+        answer_tokens: int | None = None,
+    ) -> AsyncGenerator[LLMOutput, None]:
+        """The answer's text deltas and tool-call pieces, until it ends or ``is_stale()``.
+        A generator, so that closing it (a cancelled response) stops the answer at once."""
+
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Computes a conversation ahead of its next turn, so that turn's answer starts sooner."""
+
+    async def message_ends(self, text: str) -> float:
+        """The chance that a user's message is whole: ``semantic_vad`` reads its words with it."""
+
+    def fit(self, messages: list[ChatMessage]) -> int:
+        """How many of the oldest messages must go for the prompt to fit the context; the
+        session drops them before it asks for an answer."""
+
+    def unfinished_requests(self) -> int:
+        """Requests still in the engine: how a test sees one left behind by a cancel."""
+
+    async def check_health(self) -> None:
+        """Raises once the engine is gone, for Serve's health check and the replica's readiness."""
+
+    def shutdown(self) -> None:
+        """Stops the engine with its replica."""
 
 
 class LanguageModel:

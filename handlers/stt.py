@@ -31,7 +31,7 @@ HUMS = "Mm-hmm. Mhm. Hmm. Uh-huh."
 (``STTConfig.over_answer_prompt``): after it tiny.en makes words of a hum ("in a month",
 "and may", "time") far less often. The gate's looks at Piper's hums took 71 of 180
 backchannels for interruptions without it and 26 with it, missing none of 216 real
-interruptions (docs/bench/README.md, "Telling Whisper hums are likely"). A turn's
+interruptions (docs/bench/notes/backchannels.md, "Telling Whisper hums are likely"). A turn's
 transcript never gets it: it would bias real words towards hums."""
 
 

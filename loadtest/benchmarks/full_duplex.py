@@ -55,7 +55,9 @@ rounds' ``turns.OBSERVE_S``)."""
 LEAD_IN_S = 0.5
 """Silence on the line before a paused sentence (as the 24 kHz round's)."""
 WORSE_BY_POINTS = 5.0
-"""Phone-band turn-taking within this many points of the 24 kHz figures (issue 54's target)."""
+"""The target: phone-band turn-taking within this many points of the 24 kHz figures, as the
+narrow band and μ-law should cost a caller little (docs/bench/README.md, "Turn-taking on phone
+audio")."""
 
 
 def p50_p95(values: Sequence[float]) -> dict[str, float | None]:

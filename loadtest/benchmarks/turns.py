@@ -352,8 +352,8 @@ async def bench_webrtc(
     words), ``onset_to_last_sound_ms`` to the last frame of it before the new answer (or the
     round's end) that 300 ms of silence followed (the answer stopped); then what became of it,
     and how long after the speech ended a new answer began playing (``output_audio_buffer.started``).
-    ``interruption`` and ``backchannel`` keep the first round of each (the figures before
-    issue 53), ``rounds`` every round."""
+    ``interruption`` and ``backchannel`` keep the first round of each (this part once ran just
+    those two, so its earlier reports still compare), ``rounds`` every round."""
     rounds = [("interruption", said) for said in INTERRUPTIONS * repeat] + [("backchannel", "Yeah.")]
     result: dict[str, Any] = {"rounds": []}
     for kind, said in rounds:

@@ -12,7 +12,7 @@ Two sets, picked by the model the server names in ``session.created``:
 Each set has its backchannel too, a hum said over an answer: Piper's "Mm hmm." (spelled so:
 tiny.en hears Piper's "Mm-hmm." as words), or the synthetic STT's backchannel tone; and each
 question paused: said with ``PAUSE_S`` of silence mid-sentence (``PromptSet.paused``), as a
-person who stops to think of a word (issue 23: a pause must not cut the speaker off).
+person who stops to think of a word (a server must wait for the rest, not cut the speaker off).
 """
 
 import re

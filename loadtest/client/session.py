@@ -8,7 +8,7 @@ interrupt: such a session asks for our interruption rules). Some questions it sa
 mid-sentence (a server that answers before they end cut the speaker off). What it hears is
 filed by ``loadtest.client.session_log``.
 
-With ``resume``, it is the client that issue 40's drain and resume are for: a connection
+With ``resume``, it is the client that the server's drain and resume are for: a connection
 lost (any close but its own) is resumed with the session's ``resume_token``, and a
 ``session.draining`` makes it leave at the end of the turn and resume at once; the
 conversation goes on with its next question. Failed attempts (no replica yet, a refusal) are

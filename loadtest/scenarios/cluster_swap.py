@@ -1,5 +1,6 @@
-"""Issue 40's scenario d: the Ray cluster swapped under live calls, as a KubeRay ``NewCluster``
-upgrade (a new image or cluster spec) does, with the ``redis`` session store.
+"""The Ray cluster swapped under live calls, as a KubeRay ``NewCluster`` upgrade (a new image
+or cluster spec) does, with the ``redis`` session store (scenario d of
+docs/bench/notes/resume.md).
 
 On this machine: a redis-server; two Ray clusters, each serving ``--config`` (the synthetic
 engines) with ``session_store.kind: redis``, on ports of their own (``make serve-loadtest``'s

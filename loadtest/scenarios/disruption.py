@@ -1,5 +1,5 @@
-"""Issue 40's scenarios: the load harness, resuming (``--resume``), against a running app
-while the cluster changes under it.
+"""The load harness, resuming (``--resume``), against a running app while the cluster changes
+under it (results: docs/bench/notes/resume.md).
 
 At ``--at-s`` after the sessions start, one of:
 
