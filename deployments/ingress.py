@@ -25,7 +25,7 @@ from deployments import telemetry
 from deployments.access import Access, chosen_subprotocol, deny, not_served, refusal, secret_from_env
 from deployments.app_status import RunningReplicas, metrics_urls_of_nodes
 from deployments.client_secret_route import ClientSecretRoute
-from deployments.config import IngressConfig, TwilioConfig, VADStage
+from deployments.config import IngressConfig, VADStage
 from deployments.handles import on_cluster_transport, transport_of
 from deployments.messages import TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
@@ -45,6 +45,7 @@ from deployments.realtime.recording.capture import RecordingRequest, Recordings
 from deployments.realtime.serve_stages import ServeStages
 from deployments.realtime.session import RealtimeSession, new_settings
 from deployments.realtime.session_trace import session_span
+from deployments.realtime.transports.config import TwilioConfig
 from deployments.realtime.transports.port import ClientLeft, Transport, WebSocketTransport
 from deployments.realtime.transports.twilio import MEDIA_STREAM_PATH
 from deployments.realtime.transports.webrtc import IceServers

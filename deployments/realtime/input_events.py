@@ -59,7 +59,7 @@ class InputAudioEvents:
             samples = wire.samples(data)
         except ValueError as exc:
             raise ProtocolError("invalid_value", str(exc), "audio") from None
-        await self._guard.admit_audio(len(data) / wire.bytes_per_second)
+        await self._guard.admit_audio(wire.seconds(len(data)))
         self._audio.append(samples, wire.rate)
         if self._on_audio is not None:
             self._on_audio(data, wire)
@@ -93,7 +93,7 @@ def client_audio(item: ConversationItem, wire: WireAudio, max_seconds: float, pa
         samples = wire.samples(data)
     except ValueError as exc:
         raise ProtocolError("invalid_value", str(exc), f"{param}.content.audio") from None
-    seconds = len(data) / wire.bytes_per_second
+    seconds = wire.seconds(len(data))
     if not MIN_AUDIO_MS / 1000 <= seconds <= max_seconds:
         raise ProtocolError(
             "invalid_value",

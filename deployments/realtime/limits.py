@@ -8,7 +8,7 @@ that keeps going over limits (``strikes`` refusals within ``strike_window_s``) i
 with 1008 (policy violation), so one client can neither starve its replica's CPU nor hold a
 session slot by flooding. A transport of another protocol (a Twilio media stream) has every
 message of its caller admitted here too, and the messages it refuses count as refusals.
-The limits and their defaults: :class:`deployments.config.InputLimits`.
+The limits and their defaults: :class:`deployments.realtime.session_config.InputLimits`.
 """
 
 import time
@@ -16,8 +16,8 @@ from collections import deque
 
 from aiolimiter import AsyncLimiter
 
-from deployments.config import InputLimits
 from deployments.realtime.protocol import ProtocolError
+from deployments.realtime.session_config import InputLimits
 
 
 class Violation(ProtocolError):

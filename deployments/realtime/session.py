@@ -40,7 +40,6 @@ from openai.types.realtime import (
     SessionUpdateEvent,
 )
 
-from deployments.config import IngressConfig
 from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.conversation import Conversation
@@ -62,6 +61,7 @@ from deployments.realtime.protocol import (
 from deployments.realtime.recording.capture import RecordingRequest, each
 from deployments.realtime.response.requests import ResponseRequests
 from deployments.realtime.response.responder import Responder, ResponseScope, ResponseSettings
+from deployments.realtime.session_config import SessionConfig
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.stages import NO_WATCH, BoundedStages, Stages, StageWatch
 from deployments.realtime.supervision import Supervisor
@@ -86,7 +86,7 @@ E = TypeVar("E", bound=OpenAIModel)
 Handler = Callable[[E], Awaitable[None]]
 
 
-def new_settings(config: IngressConfig, model_name: str) -> SessionSettings:
+def new_settings(config: SessionConfig, model_name: str) -> SessionSettings:
     """A new session's settings: the server's defaults."""
     return SessionSettings(
         model_name=model_name,
@@ -105,7 +105,7 @@ class RealtimeSession:
         self,
         transport: Transport,
         stages: Stages,
-        config: IngressConfig,
+        config: SessionConfig,
         scope: ResponseScope,
         model_name: str,
         metrics: SessionMetrics,

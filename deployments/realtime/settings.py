@@ -22,8 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from deployments.realtime.protocol import ProtocolError
 from deployments.realtime.transports.wire_audio import PCM16, WireAudio, wire_audio
-from deployments.realtime.turn_taking.interruptions import InterruptionRules
-from deployments.realtime.turn_taking.turn_end import SEMANTIC_PAUSE_MS
+from deployments.realtime.turn_taking.config import SEMANTIC_PAUSE_MS, InterruptionRules
 from handlers.denoise import NoiseReductionType
 from handlers.tools import FunctionSpec, ToolUse
 from handlers.vad import TurnDetection

@@ -28,14 +28,13 @@ import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Protocol
 
 from cancel import spawn_detached
 from deployments.client_secrets import ClientSecrets, SecretRecords
 from deployments.keyed_digests import KeyedDigests
 from deployments.realtime.protocol import new_id
+from deployments.session_store.config import SessionStoreConfig
 from deployments.session_store.ray_records import RecordWrite, ReplicaSecrets, ray_records
 from deployments.session_store.record import SessionState
 from deployments.session_store.redis_records import RedisRecords
@@ -49,26 +48,6 @@ WRITE_INTERVAL_S = 0.1
 one call per this long. At 120 sessions that is ~10 calls a second, not one per finished
 item (each call's fixed cost was most of the store's CPU: docs/bench, (c6)); a lost replica
 may lose this much more of its sessions' last changes."""
-
-
-class SessionStoreConfig(BaseModel):
-    """Where sessions' records live, so that a dropped client can resume (``none``: nowhere,
-    and no ``resume_token`` is given)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["ray", "redis", "none"] = "ray"
-    resume_window_s: float = Field(300.0, gt=0)
-    """How long a record outlives its session's last sign of life. Five minutes covers a
-    phone changing networks, a laptop waking, and a drained call's client reconnecting,
-    while a store of 120 sessions a replica holds only minutes of ended calls."""
-    redis_url_env: str = "S2S_REDIS_URL"
-    """For ``redis``: the environment variable that holds the server's URL
-    (``redis://[:password@]host:6379/0``; the chart sets it). A URL can carry a password,
-    so it is never written in the config."""
-    secret_env: str = "S2S_SESSION_SECRET"
-    """The environment variable holding the session secret that keys the digests the store
-    keeps (the chart makes it a Secret). Needed by ``redis``; ``ray`` makes its own when unset."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ray import serve
 from synthetic_app import serve_synthetic
 from voice_page import ANSWER_SOUNDING, PLAYED_OUT, STOP_WITHIN_MS, hang_up, open_page, say, seen, spoken, until
 
-from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.realtime.turn_taking.config import InterruptionRules
 from handlers.synthetic import backchannel_tone, question_tone
 
 pytestmark = pytest.mark.serve

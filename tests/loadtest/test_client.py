@@ -19,7 +19,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from deployments.realtime.protocol import parse_client_event
 from deployments.realtime.timeline import TIMINGS_KEY as SERVER_TIMINGS_KEY
-from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.realtime.turn_taking.config import InterruptionRules
 from handlers.audio import REALTIME_RATE
 from loadtest import cli
 from loadtest.client import report, report_plots

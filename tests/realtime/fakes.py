@@ -25,7 +25,7 @@ from deployments.realtime.recording.capture import RecordingRequest
 from deployments.realtime.session import RealtimeSession
 from deployments.realtime.transports.port import WebSocketTransport
 from deployments.realtime.transports.wire_audio import WireAudio
-from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.realtime.turn_taking.config import InterruptionRules
 from deployments.session_store.writer import StoredSession
 from deployments.telemetry import Carrier
 from deployments.voice_activity import VADResult

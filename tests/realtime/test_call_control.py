@@ -12,7 +12,8 @@ from test_twilio import QUESTION, Call, twilio_harness
 
 from deployments.realtime import spoken_lines
 from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART
-from deployments.realtime.transports.call_control import CallControlConfig, CallEnding, HangUpOnSilence
+from deployments.realtime.transports.call_control import CallEnding
+from deployments.realtime.transports.config import CallControlConfig, HangUpOnSilence
 from handlers.tools import FunctionCallArguments, FunctionCallStarted
 
 GREETING = "Hello, this is the front desk."

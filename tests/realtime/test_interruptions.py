@@ -17,7 +17,7 @@ from deployments.realtime.spoken_words import holds_a_real_word
 from deployments.realtime.transports.audio_out import AnswerAudio
 from deployments.realtime.transports.webrtc import FRAME_SAMPLES, AnswerTrack
 from deployments.realtime.transports.wire_audio import PCM16
-from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.realtime.turn_taking.config import InterruptionRules
 from handlers.synthetic import ToneTranscriber
 
 BACKCHANNEL, QUESTION = 3, 2

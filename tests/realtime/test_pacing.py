@@ -12,7 +12,7 @@ import pytest
 from fakes import FakeSocket, FakeStages, Harness, append_audio, speech
 
 from deployments.realtime.playback import MAX_PAUSE_S
-from deployments.realtime.turn_taking.interruptions import InterruptionRules
+from deployments.realtime.turn_taking.config import InterruptionRules
 from handlers.audio import REALTIME_RATE
 from handlers.synthetic import ToneTranscriber
 from loadtest.client import listener

@@ -15,11 +15,12 @@ from fastapi import FastAPI, Request
 
 from deployments.access import Access
 from deployments.client_secrets import ClientSecrets
-from deployments.config import IngressConfig, TwilioConfig
+from deployments.config import IngressConfig
 from deployments.keyed_digests import KeyedDigests
 from deployments.pending_streams import MadeRoom, PendingStreams
 from deployments.phone_calls import INCOMING_CALL_PATH, MAX_REDIRECTS, SECRET_PARAMETER, PhoneCalls
 from deployments.realtime.transports.call_control import CallEnding
+from deployments.realtime.transports.config import TwilioConfig
 from deployments.session_store.ray_records import ReplicaSecrets
 from deployments.twilio_signature import is_signed, signature
 

@@ -10,7 +10,7 @@ import numpy as np
 from fakes import FakeStages, Gate, Harness, append_audio, speech
 
 from deployments.realtime.timeline import TIMINGS_KEY
-from deployments.realtime.turn_taking.turn_end import SEMANTIC_PAUSE_MS
+from deployments.realtime.turn_taking.config import SEMANTIC_PAUSE_MS
 from handlers.audio import REALTIME_RATE, SPEECH_RATE
 
 

@@ -11,8 +11,8 @@ import pytest
 from fakes import FakeStages, speech
 from test_twilio import Call, twilio_harness
 
-from deployments.config import InputLimits
 from deployments.realtime.limits import Violation
+from deployments.realtime.session_config import InputLimits
 from deployments.realtime.transports.audio_out import AnswerAudio
 from deployments.realtime.transports.keypad import MAX_ENTRY_DIGITS, Keypad
 from deployments.realtime.transports.twilio import LOGGED_PROBLEMS, MAX_PENDING_MARKS, TwilioAudio

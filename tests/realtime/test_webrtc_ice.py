@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from aiortc import RTCPeerConnection
 
-from deployments.config import IceServer
+from deployments.realtime.transports.config import IceServer
 from deployments.realtime.transports.webrtc import IceServers, WebRTCTransport
 from loadtest.client.webrtc_call import Microphone
 

@@ -18,10 +18,11 @@ from deployments.realtime.outbox import Outbox
 from deployments.realtime.playback import Playback
 from deployments.realtime.response.events import ResponseEvents
 from deployments.realtime.response.failover import FailoverStream
-from deployments.realtime.response.playout import Playout, audio_ms
+from deployments.realtime.response.playout import Playout
 from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.stages import Stages
 from deployments.realtime.supervision import Spawn
+from deployments.realtime.transports.wire_audio import audio_ms
 from deployments.realtime.turn_trace import StageSpan
 from handlers.audio import REALTIME_RATE
 from handlers.speakable import speakable

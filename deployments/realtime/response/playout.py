@@ -25,7 +25,7 @@ from deployments.realtime.playback import Playback
 from deployments.realtime.response.events import ResponseEvents
 from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.supervision import Spawn
-from handlers.audio import REALTIME_RATE
+from deployments.realtime.transports.wire_audio import audio_ms
 
 READ_AHEAD_MS = 2000.0
 """Audio of the answer synthesised and waiting to be sent before its next piece is
@@ -130,7 +130,3 @@ class _AudioSent:
         self._playout.unsent_ms -= self.ms
         self._answer.audio_ms += self.ms
         self._playback.sent(self.ms)
-
-
-def audio_ms(pcm_bytes: int) -> float:
-    return pcm_bytes * 1000 / (2 * REALTIME_RATE)

@@ -26,43 +26,12 @@ from openai.types.realtime import (
     ResponseCreatedEvent,
     ResponseDoneEvent,
 )
-from pydantic import BaseModel, ConfigDict, Field
 
 from deployments.realtime.protocol import SessionDrainingEvent
+from deployments.realtime.transports.config import CallControlConfig
 
-DEFAULT_GREETING = "Hello! How can I help you today?"
 END_CALL = "end_call"
 TRANSFER_CALL = "transfer_call"
-PHONE_NUMBER = r"^(\+[1-9][0-9]{6,14}|sips?:[^\s<>&\"']+)$"
-"""E.164 (``+15551234567``), or a SIP URI: what ``<Dial>`` takes."""
-
-
-class HangUpOnSilence(BaseModel):
-    """A caller silent for ``prompt_after_s`` after the agent's last words is asked
-    ``prompt``; silent ``hang_up_after_s`` more, the call ends."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prompt_after_s: float = Field(10.0, ge=1.0)
-    prompt: str = Field("Are you still there?", min_length=1, max_length=200)
-    hang_up_after_s: float = Field(10.0, ge=1.0)
-
-
-class CallControlConfig(BaseModel):
-    """A call's behaviour beyond the conversation; everything but the greeting is off
-    unless set (``ingress.twilio``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    greeting: str | None = Field(DEFAULT_GREETING, max_length=500)
-    """Said as soon as the call's stream starts, before the caller speaks (``None``: the
-    caller speaks first). A call's ``greeting`` parameter replaces it (``""``: none)."""
-    end_call: bool = False
-    """Offer the model ``end_call``: the call ends once the agent's sentence has played."""
-    transfer_to: str | None = Field(None, pattern=PHONE_NUMBER)
-    """Offer the model ``transfer_call``: the call is dialled on to this number (``<Dial>``)
-    once the agent's sentence has played."""
-    hang_up_on_silence: HangUpOnSilence | None = None
 
 
 @dataclass(frozen=True)

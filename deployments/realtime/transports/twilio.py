@@ -38,16 +38,15 @@ from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent, Session
 
 from deployments.realtime.limits import Violation
 from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART, SessionDrainingEvent
-from deployments.realtime.response.playout import audio_ms
 from deployments.realtime.transports.audio_out import AnswerAudio
 from deployments.realtime.transports.call_control import (
     Action,
     CallControl,
-    CallControlConfig,
     CallEnding,
     CallLine,
     Say,
 )
+from deployments.realtime.transports.config import CallControlConfig
 from deployments.realtime.transports.keypad import Keypad
 from deployments.realtime.transports.port import (
     AgentLine,
@@ -57,7 +56,7 @@ from deployments.realtime.transports.port import (
     ClientLeft,
     send_text,
 )
-from deployments.realtime.transports.wire_audio import PCMU, AnswerEncoder
+from deployments.realtime.transports.wire_audio import PCMU, AnswerEncoder, audio_ms
 
 logger = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from openai.types.realtime.realtime_server_event import (
 )
 
 from cancel import spawn_detached
-from deployments.config import IceServer
 from deployments.realtime.protocol import encode, server_event
 from deployments.realtime.transports.audio_out import AnswerAudio
+from deployments.realtime.transports.config import IceServer
 from deployments.realtime.transports.port import ClientLeft
 from handlers.audio import REALTIME_RATE
 

@@ -34,6 +34,10 @@ class WireAudio:
     def bytes_per_second(self) -> int:
         return self.rate * (1 if self.law else 2)
 
+    def seconds(self, nbytes: int) -> float:
+        """How long ``nbytes`` of this format play."""
+        return nbytes / self.bytes_per_second
+
     def describe(self) -> AudioPCM | AudioPCMU | AudioPCMA:
         """The format as ``session.created``/``session.updated`` show it."""
         if self.law == "ulaw":
@@ -55,9 +59,15 @@ class WireAudio:
 
 
 PCM16 = WireAudio("audio/pcm", REALTIME_RATE, None)
+"""The server's own audio: every answer is made in it, whatever the wire carries."""
 PCMU = WireAudio("audio/pcmu", TELEPHONE_RATE, "ulaw")
 PCMA = WireAudio("audio/pcma", TELEPHONE_RATE, "alaw")
 _BY_TYPE = {wire.type: wire for wire in (PCM16, PCMU, PCMA)}
+
+
+def audio_ms(pcm16_bytes: int) -> float:
+    """How long ``pcm16_bytes`` of the server's own audio (:data:`PCM16`) play, in ms."""
+    return PCM16.seconds(pcm16_bytes) * 1000
 
 
 def wire_audio(requested: Any, param: str, current: WireAudio) -> WireAudio:

@@ -39,8 +39,6 @@ from handlers.vad import SpeechStopped, ms_to_samples
 
 logger = logging.getLogger(__name__)
 
-SEMANTIC_PAUSE_MS = 200
-"""The pause at which the VAD asks the model (Pipecat's VAD stop with Smart Turn)."""
 EAGERNESS_SILENCE_MS = {"high": 1000, "medium": 2000, "auto": 2000, "low": 3000}
 """The longest pause an incomplete turn waits through, by ``eagerness``."""
 COMPLETE_ABOVE = 0.5
