@@ -43,12 +43,14 @@ from deployments.realtime.protocol import (
 )
 from deployments.realtime.recording.capture import RecordingRequest, Recordings
 from deployments.realtime.serve_stages import ServeStages
-from deployments.realtime.session import RealtimeSession, new_settings
+from deployments.realtime.session import RealtimeSession, SessionStart
 from deployments.realtime.session_trace import session_span
+from deployments.realtime.settings import SessionSettings
 from deployments.realtime.transports.config import TwilioConfig
-from deployments.realtime.transports.port import ClientLeft, Transport, WebSocketTransport
+from deployments.realtime.transports.port import ClientLeft, Transport
 from deployments.realtime.transports.twilio import MEDIA_STREAM_PATH
 from deployments.realtime.transports.webrtc import IceServers
+from deployments.realtime.transports.websocket import WebSocketTransport
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.replica_watch import ReplicaWatch
 from deployments.scope_directory import SharedScopeDirectory
@@ -113,7 +115,7 @@ class RealtimeIngress:
         )
         self._access = Access(key, config.allowed_origins, client_secrets)
         self._client_secret_route = ClientSecretRoute(
-            self._access, client_secrets, lambda: new_settings(config, model_name)
+            self._access, client_secrets, lambda: SessionSettings.for_new_session(config, model_name)
         )
         self._metrics = IngressMetrics()
         self._sessions = ReplicaSessions(
@@ -302,19 +304,15 @@ class RealtimeIngress:
                 await self._unavailable(transport)
                 return
             metrics = SessionMetrics(self._metrics)
-            session = RealtimeSession(
-                transport,
-                self._stages,
-                self._config,
-                scope,
-                self._model_name,
-                metrics,
-                self._prompt_budget_tokens,
-                self._replica_watch,
-                stored,
-                opening.drain_notice,
-                RecordingRequest(self._recordings, opening.record),
+            start = SessionStart(
+                model_name=self._model_name,
+                prompt_budget_tokens=self._prompt_budget_tokens,
+                watch=self._replica_watch,
+                stored=stored,
+                drain_notice=opening.drain_notice,
+                recording=RecordingRequest(self._recordings, opening.record),
             )
+            session = RealtimeSession(transport, self._stages, self._config, scope, metrics, start)
             resumed = stored is not None and stored.resumed is not None
             if opening.admission.opening and not resumed:  # a resumed session has its own settings
                 session.open_with(opening.admission.opening)

@@ -7,7 +7,7 @@ The listening loop sends it in batches, one call in flight per session, to be de
 the session asked for ``noise_reduction``) and heard by the VAD, and puts what was heard
 into the utterance buffer: STT hears the audio the VAD decided on. Each boundary the VAD
 reports comes out of :meth:`AudioInput.next_event` with the audio it closes. The loop never
-waits for anything else, so turn-taking (which awaits STT) can never stop listening (review D6).
+waits for anything else, so turn-taking (which awaits STT) can never stop listening.
 """
 
 import asyncio
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from deployments.realtime.protocol import ProtocolError
+from deployments.realtime.session_config import SessionConfig
+from deployments.realtime.settings import SessionSettings
 from deployments.voice_activity import VADResult
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler
 from handlers.denoise import DenoiserState, NoiseReductionType
@@ -66,20 +68,14 @@ class TurnEvent:
 
 class AudioInput:
     def __init__(
-        self,
-        *,
-        listen: Listen,
-        turn_detection: TurnDetection | None,
-        noise_reduction: NoiseReductionType | None,
-        defaults: TurnDetection,
-        max_input_audio_s: float,
-        max_queued_audio_s: float,
-        on_vad_failure: Callable[[], None],
+        self, listen: Listen, settings: SessionSettings, config: SessionConfig, on_vad_failure: Callable[[], None]
     ) -> None:
+        """Starts with ``settings``' turn detection and noise reduction (``reconfigure`` and
+        ``reduce_noise`` change them); ``config``: how much audio is kept and may wait."""
         self._listen = listen
-        self._defaults = defaults
-        self._max_input_audio_s = max_input_audio_s
-        self._max_queued_samples = int(max_queued_audio_s * SPEECH_RATE)
+        self._defaults = settings.defaults
+        self._max_input_audio_s = config.max_input_audio_s
+        self._max_queued_samples = int(config.limits.max_queued_audio_s * SPEECH_RATE)
         self._on_vad_failure = on_vad_failure
         self._resampler = StreamResampler(REALTIME_RATE, SPEECH_RATE)
         self._input_rate = REALTIME_RATE
@@ -93,9 +89,9 @@ class AudioInput:
         self._epoch = 0
         """Bumped whenever the input restarts; what the VAD said of older audio is void."""
         self._notify_at: list[int] = []
-        self.turn_detection = turn_detection
+        self.turn_detection = settings.turn_detection
         self._noise: DenoiserState | None = None
-        self.reduce_noise(noise_reduction)
+        self.reduce_noise(settings.noise_reduction)
         self._vad_state: VADState
         self._buffer: UtteranceBuffer
         self._restart()

@@ -1,5 +1,5 @@
 """The client's audio in: ``input_audio_buffer.*`` events (audio appended in the session's
-input format, a transport's ``CallerAudio`` too, committed as a user item, cleared) and the
+input format, or a transport's ``CallerAudio`` in its own, committed as a user item, cleared) and the
 audio of a user audio item."""
 
 from collections.abc import Callable
@@ -15,10 +15,9 @@ from openai.types.realtime import (
 
 from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.items import MIN_AUDIO_MS
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.limits import InputGuard
-from deployments.realtime.outbox import Outbox
 from deployments.realtime.protocol import ProtocolError, new_id, server_event
-from deployments.realtime.settings import SessionSettings
 from deployments.realtime.transports.wire_audio import WireAudio
 from deployments.realtime.turn_taking.taker import TurnTaker
 from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
@@ -27,18 +26,15 @@ from handlers.audio import SPEECH_RATE, b64_audio_decode, resample
 class InputAudioEvents:
     def __init__(
         self,
-        *,
+        kit: SessionKit,
         audio: AudioInput,
         guard: InputGuard,
-        settings: SessionSettings,
         turns: TurnTaker,
-        outbox: Outbox,
         on_audio: Callable[[bytes, WireAudio], None] | None = None,
     ) -> None:
         """``on_audio``: told of each piece of audio taken in (the bytes, their format): every
         caller's audio passes here, whatever carried it."""
-        self._audio, self._guard, self._settings = audio, guard, settings
-        self._turns, self._outbox, self._on_audio = turns, outbox, on_audio
+        self._kit, self._audio, self._guard, self._turns, self._on_audio = kit, audio, guard, turns, on_audio
 
     async def append(self, event: InputAudioBufferAppendEvent) -> None:
         await self.append_audio(event.audio)
@@ -49,12 +45,11 @@ class InputAudioEvents:
             data = b64_audio_decode(audio)
         except ValueError as exc:
             raise ProtocolError("invalid_value", str(exc), "audio") from None
-        await self.append_wire(data)
+        await self.append_wire(data, self._kit.settings.input_audio)
 
-    async def append_wire(self, data: bytes) -> None:
-        """Audio in the session's input format (a transport's ``CallerAudio`` comes decoded),
-        checked against the audio rate limit."""
-        wire = self._settings.input_audio
+    async def append_wire(self, data: bytes, wire: WireAudio) -> None:
+        """Audio in ``wire``'s format (the session's input format, or the one a transport's
+        ``CallerAudio`` names), checked against the audio rate limit."""
         try:
             samples = wire.samples(data)
         except ValueError as exc:
@@ -76,7 +71,7 @@ class InputAudioEvents:
     async def clear(self, event: InputAudioBufferClearEvent) -> None:
         await self._audio.clear()
         self._turns.reset()
-        self._outbox.put(server_event(InputAudioBufferClearedEvent))
+        self._kit.outbox.put(server_event(InputAudioBufferClearedEvent))
 
 
 def is_user_audio(item: ConversationItem) -> bool:

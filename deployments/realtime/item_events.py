@@ -6,8 +6,6 @@ protocol gives. A user audio item is transcribed like a spoken turn (``Transcrip
 its events come as a turn's do. A resumed session's items are announced again (:func:`replay`).
 """
 
-from collections.abc import Callable
-
 from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemCreateEvent,
@@ -23,39 +21,25 @@ from openai.types.realtime.realtime_server_event import ConversationItemRetrieve
 from deployments.realtime.conversation import Conversation
 from deployments.realtime.input_events import client_audio, is_user_audio
 from deployments.realtime.items import Item, from_client
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.playback import Playback
 from deployments.realtime.protocol import ProtocolError, new_id, server_event
-from deployments.realtime.transports.wire_audio import WireAudio
+from deployments.realtime.session_config import SessionConfig
 from deployments.realtime.turn_taking.transcription import Transcription
 
 
 class ItemEvents:
-    def __init__(
-        self,
-        *,
-        conversation: Conversation,
-        transcription: Transcription,
-        outbox: Outbox,
-        playback: Playback,
-        max_item_chars: int,
-        max_input_audio_s: float,
-        input_audio: Callable[[], WireAudio],
-    ) -> None:
-        self._conversation = conversation
-        self._transcription = transcription
-        self._outbox = outbox
-        self._playback = playback
-        self._max_item_chars = max_item_chars
-        self._max_input_audio_s = max_input_audio_s
-        self._input_audio = input_audio
+    def __init__(self, kit: SessionKit, transcription: Transcription, config: SessionConfig) -> None:
+        """``config``: the bounds on an item's text and audio."""
+        self._kit, self._transcription = kit, transcription
+        self._max_item_chars, self._max_input_audio_s = config.max_item_chars, config.max_input_audio_s
 
     async def create(self, event: ConversationItemCreateEvent) -> None:
         item = event.item
-        if item.id is not None and self._conversation.find(item.id) is not None:
+        if item.id is not None and self._kit.conversation.find(item.id) is not None:
             raise ProtocolError("invalid_value", f"the conversation already has an item {item.id[:64]!r}", "item.id")
         if is_user_audio(item):
-            utterance = client_audio(item, self._input_audio(), self._max_input_audio_s, "item")
+            utterance = client_audio(item, self._kit.settings.input_audio, self._max_input_audio_s, "item")
             try:
                 self._transcription.add(utterance, item.id or new_id("item"), event.previous_item_id)
             except KeyError:
@@ -63,30 +47,30 @@ class ItemEvents:
             return
         added = from_client(item, self._max_item_chars, "item")
         previous = self._add(added, event.previous_item_id)
-        self._outbox.put(server_event(ConversationItemAdded, item=added.wire(), previous_item_id=previous))
-        self._outbox.put(server_event(ConversationItemDone, item=added.wire(), previous_item_id=previous))
+        self._kit.outbox.put(server_event(ConversationItemAdded, item=added.wire(), previous_item_id=previous))
+        self._kit.outbox.put(server_event(ConversationItemDone, item=added.wire(), previous_item_id=previous))
 
     def _add(self, item: Item, after: str | None) -> str | None:
         try:
-            return self._conversation.add(item, after)
+            return self._kit.conversation.add(item, after)
         except KeyError:
             raise unknown_item(after, "previous_item_id") from None
 
     async def retrieve(self, event: ConversationItemRetrieveEvent) -> None:
-        item = self._conversation.find(event.item_id)
+        item = self._kit.conversation.find(event.item_id)
         if item is None:
             raise unknown_item(event.item_id, "item_id")
-        self._outbox.put(server_event(ConversationItemRetrieved, item=item.wire()))
+        self._kit.outbox.put(server_event(ConversationItemRetrieved, item=item.wire()))
 
     async def delete(self, event: ConversationItemDeleteEvent) -> None:
-        if not self._conversation.delete(event.item_id):
+        if not self._kit.conversation.delete(event.item_id):
             raise unknown_item(event.item_id, "item_id")
-        self._outbox.put(server_event(ConversationItemDeletedEvent, item_id=event.item_id))
+        self._kit.outbox.put(server_event(ConversationItemDeletedEvent, item_id=event.item_id))
 
     async def truncate(self, event: ConversationItemTruncateEvent) -> None:
-        audio_end_ms = self._conversation.truncate(event.item_id, event.content_index, event.audio_end_ms)
-        self._playback.stopped()  # the client stopped playing where it says
-        self._outbox.put(
+        audio_end_ms = self._kit.conversation.truncate(event.item_id, event.content_index, event.audio_end_ms)
+        self._kit.playback.stopped()  # the client stopped playing where it says
+        self._kit.outbox.put(
             server_event(
                 ConversationItemTruncatedEvent, item_id=event.item_id, content_index=0, audio_end_ms=audio_end_ms
             )

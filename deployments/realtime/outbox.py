@@ -11,7 +11,7 @@ drops anything of an earlier response A.
 What was *sent* is reported per event (``put``'s ``on_sent``), so a response counts the
 audio and text the client got, not what was queued: a cancel keeps exactly those words.
 
-Putting never blocks, so no task can hang on a full queue after a cancel (review D1); a
+Putting never blocks, so no task can hang on a full queue after a cancel; a
 producer of output awaits :meth:`Outbox.room` before adding more, which bounds the queue
 and slows only this session's response when its client reads slowly.
 
@@ -35,7 +35,8 @@ from openai import BaseModel as OpenAIModel
 from openai.types import realtime as events
 from openai.types.realtime import realtime_server_event as more_events
 
-from deployments.realtime.transports.audio_out import AnswerAudio, AudioOut, ClearAudio, SendEvent
+from deployments.realtime.transports.audio_out import AnswerAudio, AudioOut, ClearAudio
+from deployments.realtime.transports.port import SendEvent
 
 SERVER_EVENT_TYPES: frozenset[type] = frozenset(get_args(get_args(events.RealtimeServerEvent)[0]))
 """Every server event type of the protocol, from the SDK's union."""

@@ -1,4 +1,4 @@
-"""The stages as Serve deployment handles: the one module of the session that needs Ray.
+"""The stages as Serve deployment handles: the one module of the session that calls Serve.
 
 VAD is the ingress replica's batcher (``deployments.voice_activity``), which runs the
 detector in the ingress or sends one batched call per tick to the VAD deployment.

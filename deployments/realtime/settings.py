@@ -21,6 +21,7 @@ from openai.types.responses.tool_choice_function import ToolChoiceFunction
 from pydantic import BaseModel, ValidationError
 
 from deployments.realtime.protocol import ProtocolError
+from deployments.realtime.session_config import SessionConfig
 from deployments.realtime.transports.wire_audio import PCM16, WireAudio, wire_audio
 from deployments.realtime.turn_taking.config import SEMANTIC_PAUSE_MS, InterruptionRules
 from handlers.denoise import NoiseReductionType
@@ -88,6 +89,20 @@ class SessionSettings:
     output_audio: WireAudio = PCM16
     """The format the answer's audio leaves in."""
     tracing: Any = None  # how the session's trace is named (deployments.realtime.session_trace)
+
+    @classmethod
+    def for_new_session(cls, config: SessionConfig, model_name: str) -> "SessionSettings":
+        """A new session's settings: the server's defaults."""
+        return cls(
+            model_name=model_name,
+            instructions=config.instructions,
+            defaults=config.turn_detection,
+            turn_detection=config.turn_detection,
+            max_instructions_chars=config.max_item_chars,
+            default_interruption=config.interruption,
+            interruption=config.interruption,
+            noise_reduction=config.noise_reduction,
+        )
 
     def update(self, session: Session) -> bool:
         """Apply a ``session.update``; return whether turn detection changed (the input

@@ -21,7 +21,7 @@ FUNCTION_WORDS = frozenset(
 )
 """Articles, prepositions and conjunctions: alone they ask for nothing. They are also what
 tiny.en makes of a hum: Piper's "Mm-hmm." came out as "in", "in a", "and h m" (bench in
-docs/bench/README.md, "What STT makes of a hum")."""
+docs/bench/notes/backchannels.md, "What STT makes of a hum")."""
 _SOUND = re.compile(r"[mhn]+|u+h*|a+h*|o+h*|h?u+h|u+m+|e+r*m*|a?(?:ha)+h?|(?:he)+h?|[b-hj-z]")
 """Hums, fillers and laughs as STT spells them, hyphens split: "mm-hmm", "uh-huh", "M-H-M",
 "erm", "M N N", "aha", "hahah", "heh"; and any single letter but "i" and "a" (a spelled-out

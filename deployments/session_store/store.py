@@ -1,5 +1,5 @@
 """Sessions' records outside the ingress replicas, so that a client that lost its socket
-resumes its session on any replica (issue 40).
+resumes its session on any replica (``docs/reliability.md``).
 
 Where the records live is the config's ``kind``: ``ray`` (:mod:`deployments.session_store.ray_records`),
 one detached actor per application, which outlives every ingress replica but not the Ray
@@ -46,7 +46,7 @@ TOKEN_SECRET_BYTES = 32
 WRITE_INTERVAL_S = 0.1
 """A replica's sessions' writes go to the store together: one call in flight, and at most
 one call per this long. At 120 sessions that is ~10 calls a second, not one per finished
-item (each call's fixed cost was most of the store's CPU: docs/bench, (c6)); a lost replica
+item (each call's fixed cost was most of the store's CPU: docs/bench/notes/session-store.md); a lost replica
 may lose this much more of its sessions' last changes."""
 
 

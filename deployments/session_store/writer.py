@@ -35,7 +35,7 @@ Save = Callable[[SessionState], Awaitable[bool]]
 """Writes the state; ``False`` if the record now belongs to a newer connection."""
 
 
-class SessionRecorder:
+class SessionRecordWriter:
     def __init__(
         self,
         settings: SessionSettings,

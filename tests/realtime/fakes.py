@@ -22,8 +22,8 @@ from deployments.config import IngressConfig
 from deployments.messages import LLMRequest, TTSRequest
 from deployments.metrics import IngressMetrics, SessionMetrics
 from deployments.realtime.recording.capture import RecordingRequest
-from deployments.realtime.session import RealtimeSession
-from deployments.realtime.transports.port import WebSocketTransport
+from deployments.realtime.session import RealtimeSession, SessionStart
+from deployments.realtime.transports.websocket import WebSocketTransport
 from deployments.realtime.transports.wire_audio import WireAudio
 from deployments.realtime.turn_taking.config import InterruptionRules
 from deployments.session_store.writer import StoredSession
@@ -391,12 +391,14 @@ class Harness:
             self.stages,
             self.config,
             self.scope,
-            "fake",
             metrics or SessionMetrics(IngressMetrics()),
-            prompt_budget_tokens,
-            stored=stored,
-            drain_notice=drain_notice,
-            recording=recording,
+            SessionStart(
+                model_name="fake",
+                prompt_budget_tokens=prompt_budget_tokens,
+                stored=stored,
+                drain_notice=drain_notice,
+                recording=recording,
+            ),
         )
         self.task: asyncio.Task[None] | None = None
 

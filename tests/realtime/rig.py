@@ -1,7 +1,8 @@
 """The response-side parts of a session, alone, on fake stages and a list-backed outbox.
 
-No socket and no session: a test builds the part it tests (a ``Responder``, a
-``Speculator``, a sink) from these and reads what the outbox sent.
+No socket and no session: the rig builds the session's kit with the session's own
+``build_kit``, a test builds the part it tests (a ``Responder``, a ``Speculator``, a sink)
+from it and reads what the outbox sent.
 """
 
 import asyncio
@@ -15,15 +16,15 @@ from openai import BaseModel as OpenAIModel
 from openai.types.realtime import InputAudioBufferClearedEvent
 
 from deployments.metrics import IngressMetrics, SessionMetrics
-from deployments.realtime.conversation import Conversation
-from deployments.realtime.outbox import Outbox
-from deployments.realtime.playback import Playback
+from deployments.realtime.kit import KitPorts, build_kit
 from deployments.realtime.protocol import encode, server_event
-from deployments.realtime.response.responder import Responder, ResponseSettings
+from deployments.realtime.response.config import ResponseSettings
+from deployments.realtime.response.responder import Responder
+from deployments.realtime.session_config import SessionConfig
 from deployments.realtime.settings import SessionSettings
 from deployments.realtime.supervision import Supervisor
-from deployments.realtime.transports.audio_out import CLEAR_AUDIO, WebSocketAudio
-from handlers.vad import TurnDetection
+from deployments.realtime.transports.websocket import WebSocketAudio
+from deployments.realtime.turn_taking.config import InterruptionRules
 
 MARK = "input_audio_buffer.cleared"
 """A control event a test puts to know that everything before it has been sent."""
@@ -38,36 +39,21 @@ class Rig:
         self.sent: list[dict[str, Any]] = []
         self.send_gate = Gate()
         self._arrived = asyncio.Event()
-        audio = WebSocketAudio(self._send)
-        self.outbox = Outbox(self._send, audio, capacity)
         self.supervisor = Supervisor("rig")
-        self.settings = SessionSettings(
-            model_name="fake",
+        config = SessionConfig(
             instructions=None,
-            defaults=TurnDetection(),
-            turn_detection=TurnDetection(),
-            max_instructions_chars=1000,
+            interruption=InterruptionRules(audio_lead_ms=None),  # answers go out as made, unpaced
+            max_item_chars=1000,
+            history_items=100,
+            outgoing_events=capacity,
         )
-        self.conversation = Conversation(100)
+        self.settings = SessionSettings.for_new_session(config, "fake")
+        metrics = SessionMetrics(IngressMetrics())
+        ports = KitPorts(self._send, WebSocketAudio(self._send))
+        self.kit = build_kit(config, self.settings, self.stages, metrics, self.supervisor.spawn, ports)
+        self.outbox, self.conversation, self.playback = self.kit.outbox, self.kit.conversation, self.kit.playback
         self.scope = FakeScope(name)
-        self.playback = Playback(audio, lambda: self.outbox.put(CLEAR_AUDIO))
-        self.responder = Responder(
-            stages=self.stages,
-            scope=self.scope,
-            outbox=self.outbox,
-            conversation=self.conversation,
-            settings=ResponseSettings(
-                first_chunk_words=8,
-                audio_delta_ms=audio_delta_ms,
-                low_lead_ms=None,
-                answer_tokens=None,
-                prompt_budget_tokens=None,
-            ),
-            session=self.settings,
-            metrics=SessionMetrics(IngressMetrics()),
-            playback=self.playback,
-            spawn=self.supervisor.spawn,
-        )
+        self.responder = Responder(self.kit, self.scope, ResponseSettings(8, audio_delta_ms, None, None, None))
         self._task: asyncio.Task[None] | None = None
 
     async def _send(self, event: OpenAIModel) -> None:

@@ -9,6 +9,7 @@ from rig import Rig
 
 from deployments.realtime.items import AssistantMessage, FunctionCall
 from deployments.realtime.response.answer_sinks import SpokenAnswer, WrittenAnswer
+from deployments.realtime.response.config import ResponseSettings
 from deployments.realtime.response.events import ResponseEvents
 from deployments.realtime.response.function_calls import FunctionCalls, finish_call
 from deployments.realtime.response.run import ResponseRun
@@ -29,18 +30,7 @@ async def test_a_spoken_piece_is_its_transcript_then_its_audio_in_frames() -> No
     async with Rig(audio_delta_ms=70) as rig:
         rig.stages.tts_chunks, rig.stages.tts_chunk_ms = 2, 300
         run, events = announced_run(rig, spoken_aloud=True)
-        sink = SpokenAnswer(
-            run,
-            events,
-            rig.outbox,
-            rig.stages,
-            FakeScope("rig").ticket(),
-            rig.playback,
-            rig.supervisor.spawn,
-            first_chunk_words=8,
-            audio_delta_ms=70,
-            low_lead_ms=None,
-        )
+        sink = SpokenAnswer(run, events, rig.kit, FakeScope("rig").ticket(), ResponseSettings(8, 70, None, None, None))
         rig.send_gate.close()  # nothing is sent yet: nothing counts as sent
         await sink.add("Hello there.")
         await sink.add("Bye.")

@@ -20,7 +20,7 @@ from deployments.client_secret_route import ClientSecretRoute
 from deployments.client_secrets import ClientSecretGrant, ClientSecrets
 from deployments.config import IngressConfig
 from deployments.keyed_digests import KeyedDigests
-from deployments.realtime.session import new_settings
+from deployments.realtime.settings import SessionSettings
 from deployments.session_store.ray_records import ReplicaSecrets
 from deployments.session_store.redis_records import RedisRecords
 from deployments.session_store.store import ResumeToken, SessionStore
@@ -138,7 +138,9 @@ async def test_access_lets_in_the_key_or_a_live_client_secret_with_its_settings_
 @pytest.fixture
 def route_app() -> tuple[FastAPI, ClientSecrets]:
     secrets = ClientSecrets(ReplicaSecrets(), KeyedDigests(b"s"))
-    route = ClientSecretRoute(Access(KEY, None, secrets), secrets, lambda: new_settings(IngressConfig(), "smollm2"))
+    route = ClientSecretRoute(
+        Access(KEY, None, secrets), secrets, lambda: SessionSettings.for_new_session(IngressConfig(), "smollm2")
+    )
     app = FastAPI()
     app.post("/v1/realtime/client_secrets")(route.create)
     return app, secrets

@@ -11,7 +11,7 @@ from deployments.realtime.response.events import ResponseEvents
 from deployments.realtime.response.playout import Playout
 from deployments.realtime.response.run import ResponseRun
 from deployments.realtime.timeline import Timeline
-from deployments.realtime.transports.audio_out import WebSocketAudio
+from deployments.realtime.transports.websocket import WebSocketAudio
 
 FRAME = bytes(4800)  # 100 ms at 24 kHz
 

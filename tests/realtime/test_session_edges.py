@@ -239,7 +239,7 @@ async def test_a_long_conversation_keeps_to_the_context_and_keeps_working() -> N
             sent = stages.llm_requests[-1].messages
             assert sum(len(m["content"]) for m in sent) <= stages.context_chars
             assert sent[-1]["content"] == text  # the newest turn is always in the prompt
-        kept = h.session._conversation.items
+        kept = h.session._kit.conversation.items
         assert len(kept) < 24 and isinstance(kept[-1], AssistantMessage)
 
 

@@ -59,7 +59,7 @@ async def test_unknown_items_are_refused_and_nothing_changes() -> None:
             ("item_not_found", "previous_item_id"),
             ("invalid_value", "item.id"),
         ]
-        assert [(item.id, item.text) for item in h.session._conversation.items] == [("item_y", "Hi.")]
+        assert [(item.id, item.text) for item in h.session._kit.conversation.items] == [("item_y", "Hi.")]
         assert h.stages.stt_calls == []
 
 
@@ -90,7 +90,7 @@ async def test_bad_input_audio_items_are_refused() -> None:
             h.socket.client_sends(type="conversation.item.create", item=item)
         await h.socket.wait_type("error", count=2)
         assert [e["error"]["param"] for e in h.socket.of_type("error")] == ["item.content.audio"] * 2
-        assert h.session._conversation.items == ()
+        assert h.session._kit.conversation.items == ()
 
 
 async def test_the_agents_sdk_default_session_is_accepted_and_shown_as_served() -> None:
@@ -149,7 +149,7 @@ async def test_truncation_past_the_audio_sent_is_clamped_never_refused() -> None
         await h.socket.wait_type("conversation.item.truncated", count=2)
         assert [e["audio_end_ms"] for e in h.socket.of_type("conversation.item.truncated")] == [300, 300]
         assert h.socket.of_type("error") == []
-        assert h.session._conversation.find(item_id).text == "Short."
+        assert h.session._kit.conversation.find(item_id).text == "Short."
 
 
 async def test_a_text_session_writes_its_answers_without_tts() -> None:
@@ -170,7 +170,7 @@ async def test_a_text_session_writes_its_answers_without_tts() -> None:
         item_id = done["response"]["output"][0]["id"]
         h.socket.client_sends(type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=0)
         assert (await h.socket.wait_type("error"))["error"]["param"] == "item_id"  # no audio to cut
-        assert h.session._conversation.find(item_id).text == "The answer is one. That is all."
+        assert h.session._kit.conversation.find(item_id).text == "The answer is one. That is all."
 
 
 async def test_sessions_on_the_same_stages_keep_whole_answers_when_a_text_answer_is_cancelled() -> None:
@@ -234,7 +234,7 @@ async def test_an_out_of_band_response_answers_its_input_and_leaves_the_conversa
         done = await h.socket.wait_type("response.done")
         assert [m["content"] for m in h.stages.llm_requests[-1].messages] == ["Classify this."]
         assert done["response"]["conversation_id"] == "none"
-        assert [item.id for item in h.session._conversation.items] == ["item_a"]
+        assert [item.id for item in h.session._kit.conversation.items] == ["item_a"]
         assert len(h.socket.of_type("conversation.item.added")) == 1  # only the client's own item
 
 
@@ -279,7 +279,7 @@ async def test_silence_after_an_answer_has_played_prompts_a_response_when_idle_t
         assert committed["item_id"] == timeout["item_id"]
         done = await h.socket.wait_type("response.done", count=2)
         assert done["response"]["status"] == "completed"
-        assert [i.id for i in h.session._conversation.items][-2] == timeout["item_id"]
+        assert [i.id for i in h.session._kit.conversation.items][-2] == timeout["item_id"]
         assert h.socket.of_type("error") == []
 
 

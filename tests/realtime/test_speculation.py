@@ -17,14 +17,7 @@ END = len(UTTERANCE)
 
 
 def speculator(rig: Rig) -> Speculator:
-    return Speculator(
-        stages=rig.stages,
-        conversation=rig.conversation,
-        responder=rig.responder,
-        outbox=rig.outbox,
-        settings=rig.settings,
-        spawn=rig.supervisor.spawn,
-    )
+    return Speculator(rig.kit, rig.responder)
 
 
 async def turn_ends(rig: Rig, speculation_transcript: "asyncio.Future[str]", final_text: str | None = None) -> None:

@@ -23,12 +23,7 @@ async def test_partial_transcripts_only_extend_what_was_sent_and_rest_in_a_pause
         rig.stages.transcript_of = lambda audio: next(heard, "Hello there my friend how are")
         paused = False
         partials = PartialTranscripts(
-            interval_s=0.01,
-            speech_so_far=lambda: np.zeros(SPEECH_RATE, np.float32),
-            paused=lambda: paused,
-            stages=rig.stages,
-            outbox=rig.outbox,
-            spawn=rig.supervisor.spawn,
+            rig.kit, 0.01, speech_so_far=lambda: np.zeros(SPEECH_RATE, np.float32), paused=lambda: paused
         )
         partials.start("item_u")
         await rig.wait_for(lambda e: e.get("delta") == "how ")
@@ -46,23 +41,8 @@ async def test_partial_transcripts_only_extend_what_was_sent_and_rest_in_a_pause
 def idle_rig(rig: Rig) -> IdleTimeout:
     rig.settings.idle_timeout_ms = 50
     rig.stages.tts_chunk_ms = 10
-    transcription = Transcription(
-        stages=rig.stages,
-        conversation=rig.conversation,
-        outbox=rig.outbox,
-        spawn=rig.supervisor.spawn,
-        partial_text=lambda item_id: "",
-    )
-    return IdleTimeout(
-        settings=rig.settings,
-        received_ms=lambda: 1000,
-        user_speaking=lambda: False,
-        conversation=rig.conversation,
-        responder=rig.responder,
-        transcription=transcription,
-        outbox=rig.outbox,
-        spawn=rig.supervisor.spawn,
-    )
+    transcription = Transcription(rig.kit, partial_text=lambda item_id: "")
+    return IdleTimeout(rig.kit, rig.responder, transcription, received_ms=lambda: 1000, user_speaking=lambda: False)
 
 
 async def test_the_idle_timeout_commits_the_silence_once_and_answers_it() -> None:

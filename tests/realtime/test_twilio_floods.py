@@ -3,7 +3,6 @@ passes the session's input guard, so a flood of any kind is hung up (1008) while
 call goes on; its log, its keypad entry and the marks awaiting its echo stay bounded."""
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -107,7 +106,7 @@ def test_a_full_keypad_entry_refuses_digits_but_still_ends_with_a_hash() -> None
         assert keypad.press("7") == []
     with pytest.raises(Violation):
         keypad.press("7")
-    entry = json.loads(keypad.press("#")[0])
+    entry = keypad.press("#")[0].model_dump()
     assert entry["item"]["content"][0]["text"].count("7") == MAX_ENTRY_DIGITS
     assert keypad.press("7") == [], "a new entry begins"
 

@@ -49,32 +49,23 @@ FULL = {
 class SessionCapture:
     """One session's recording and report."""
 
-    def __init__(
-        self,
-        config: RecordingConfig,
-        session_id: str,
-        models: Mapping[str, str],
-        finishing: set["asyncio.Task[Any]"],
-        budget: Budget | None,
-        asked: bool,
-        on_limited: Callable[[str], None],
-    ) -> None:
-        """``budget``: the directory's (``None``: no bound); ``asked``: the client asked to be
-        recorded; ``on_limited``: the budget refused or stopped the recording."""
+    def __init__(self, replica: "Recordings", session_id: str, asked: bool) -> None:
+        """``replica``: its config, byte budget and finishing writes; ``asked``: the client
+        asked to be recorded."""
+        config = self._config = replica.config
         assert config.directory is not None
-        self._config = config
         self._directory = Path(config.directory)
         self._stem = f"{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{session_id}"
         self._asked = asked
-        self._on_limited = on_limited
+        self._on_limited = replica.on_limited
         self.tell: Callable[[Any], None] = lambda event: None
         """Sends the client an event: the session sets it to its outbox's ``put``."""
         loop = asyncio.get_running_loop()
-        share = Share(budget, self._stem, lambda outcome: loop.call_soon_threadsafe(self._limited, outcome))
+        share = Share(replica.budget, self._stem, lambda outcome: loop.call_soon_threadsafe(self._limited, outcome))
         cap_frames = (config.session_cap_bytes() - WAV_HEADER_BYTES) // 4
         self._recording = StereoRecording(self._directory, self._stem, cap_frames, share)
-        self._report = SessionReport(session_id, models, self._recording)
-        self._finishing = finishing
+        self._report = SessionReport(session_id, replica.models, self._recording)
+        self._finishing = replica.finishing
 
     @property
     def report_path(self) -> Path:
@@ -138,29 +129,25 @@ class Recordings:
     ) -> None:
         """``models``: the name of each stage's model, as the reports list them;
         ``on_limited``: a recording was ``refused`` or ``stopped`` by the byte budget."""
-        self._config = config
-        self._models = dict(models or {})
-        self._on_limited = on_limited
-        self._finishing: set[asyncio.Task[Any]] = set()
-        self._budget: Budget | None = None
+        self.config, self.models, self.on_limited = config, dict(models or {}), on_limited
+        self.finishing: set[asyncio.Task[Any]] = set()
+        """Sessions' recordings and reports still being written."""
+        self.budget: Budget | None = None
         if config.directory is not None and config.max_total_bytes is not None:
-            self._budget = Budget(Path(config.directory), config.max_total_bytes, config.retention_days)
+            self.budget = Budget(Path(config.directory), config.max_total_bytes, config.retention_days)
 
     def open(self, session_id: str, asked: bool) -> tuple[SessionCapture | None, ProtocolError | None]:
         """The session's capture (``None``: not recorded), and the refusal its client is sent
         if it asked for a recording this server does not make."""
-        if self._config.directory is None:
+        if self.config.directory is None:
             return None, ProtocolError("recording_not_enabled", NOT_ENABLED, "record") if asked else None
-        if asked or self._config.mode == "always":
-            capture = SessionCapture(
-                self._config, session_id, self._models, self._finishing, self._budget, asked, self._on_limited
-            )
-            return capture, None
+        if asked or self.config.mode == "always":
+            return SessionCapture(self, session_id, asked), None
         return None, None
 
     async def written(self) -> None:
         """Until every ended session's recording and report are on disk."""
-        await asyncio.gather(*self._finishing, return_exceptions=True)
+        await asyncio.gather(*self.finishing, return_exceptions=True)
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,13 @@ from typing import Protocol
 
 from cancel import ScopeTicket
 from deployments.messages import TTSRequest
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.outbox import Outbox
-from deployments.realtime.playback import Playback
+from deployments.realtime.response.config import ResponseSettings
 from deployments.realtime.response.events import ResponseEvents
 from deployments.realtime.response.failover import FailoverStream
 from deployments.realtime.response.playout import Playout
 from deployments.realtime.response.run import ResponseRun
-from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
 from deployments.realtime.transports.wire_audio import audio_ms
 from deployments.realtime.turn_trace import StageSpan
 from handlers.audio import REALTIME_RATE
@@ -87,23 +86,14 @@ class SpokenAnswer:
     speaks it (``deployments.realtime.response.failover``)."""
 
     def __init__(
-        self,
-        run: ResponseRun,
-        events: ResponseEvents,
-        outbox: Outbox,
-        stages: Stages,
-        ticket: ScopeTicket,
-        playback: Playback,
-        spawn: Spawn,
-        *,
-        first_chunk_words: int,
-        audio_delta_ms: int,
-        low_lead_ms: float | None,
+        self, run: ResponseRun, events: ResponseEvents, kit: SessionKit, ticket: ScopeTicket, settings: ResponseSettings
     ) -> None:
-        self._run, self._stages, self._ticket = run, stages, ticket
-        self._playout = Playout(run, events, outbox, playback, spawn)
-        self._chunker = SpeechChunker(first_chunk_max_words=first_chunk_words, low_lead_ms=low_lead_ms)
-        self._frame_bytes = REALTIME_RATE * audio_delta_ms // 1000 * 2
+        self._run, self._stages, self._ticket = run, kit.stages, ticket
+        self._playout = Playout(run, events, kit.outbox, kit.playback, kit.spawn)
+        self._chunker = SpeechChunker(
+            first_chunk_max_words=settings.first_chunk_words, low_lead_ms=settings.low_lead_ms
+        )
+        self._frame_bytes = REALTIME_RATE * settings.audio_delta_ms // 1000 * 2
         self._speech: StageSpan | None = None
         """The ``tts_node`` span of the speech being synthesised (``None``: none yet)."""
         self._spoken_chars, self._synthesized_ns = 0, 0
@@ -153,30 +143,9 @@ def _spoken(pieces: Iterable[str]) -> Iterator[str]:
 
 
 def answer_sink(
-    run: ResponseRun,
-    events: ResponseEvents,
-    outbox: Outbox,
-    stages: Stages,
-    ticket: ScopeTicket,
-    playback: Playback,
-    spawn: Spawn,
-    *,
-    first_chunk_words: int,
-    audio_delta_ms: int,
-    low_lead_ms: float | None,
+    run: ResponseRun, events: ResponseEvents, kit: SessionKit, ticket: ScopeTicket, settings: ResponseSettings
 ) -> AnswerSink:
     """The sink for ``run``'s answer: the one place spoken and written answers part."""
     if run.answer.spoken_aloud:
-        return SpokenAnswer(
-            run,
-            events,
-            outbox,
-            stages,
-            ticket,
-            playback,
-            spawn,
-            first_chunk_words=first_chunk_words,
-            audio_delta_ms=audio_delta_ms,
-            low_lead_ms=low_lead_ms,
-        )
-    return WrittenAnswer(run, events, outbox)
+        return SpokenAnswer(run, events, kit, ticket, settings)
+    return WrittenAnswer(run, events, kit.outbox)

@@ -20,28 +20,25 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from openai.types.realtime import RealtimeResponseStatus
 
 from cancel import ScopeTicket
 from deployments.messages import LLMRequest
-from deployments.metrics import SessionMetrics
-from deployments.realtime.conversation import Conversation, NothingToAnswer
+from deployments.realtime.conversation import NothingToAnswer
 from deployments.realtime.failures import StageFailure
 from deployments.realtime.items import AssistantMessage, FunctionCall, Item
-from deployments.realtime.outbox import Outbox
-from deployments.realtime.playback import Playback
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.protocol import ProtocolError, new_id
 from deployments.realtime.response.answer_sinks import AnswerSink, answer_sink
+from deployments.realtime.response.config import ResponseSettings
 from deployments.realtime.response.events import ResponseEvents
 from deployments.realtime.response.function_calls import FunctionCalls, finish_call
 from deployments.realtime.response.run import CancelReason, DropReason, ResponseRun, Status
-from deployments.realtime.settings import ResponseOptions, SessionSettings
+from deployments.realtime.settings import ResponseOptions
 from deployments.realtime.spoken_lines import sentences
-from deployments.realtime.stages import Stages, StageStream
-from deployments.realtime.supervision import Spawn
+from deployments.realtime.stages import StageStream
 from deployments.realtime.timeline import Timeline
 from handlers.llm import ChatMessage
 from handlers.tools import FunctionCallArguments, FunctionCallStarted, LLMOutput, TokenCapReached
@@ -60,43 +57,9 @@ class ResponseScope(Protocol):
     def ticket(self, generation: int | None = None) -> ScopeTicket: ...
 
 
-@dataclass(frozen=True)
-class ResponseSettings:
-    first_chunk_words: int
-    audio_delta_ms: int
-    low_lead_ms: float | None
-    """Audio ready to play below which a spoken answer's next piece goes before its sentence
-    ends (``None``: whole sentences)."""
-    answer_tokens: int | None
-    """Past this many tokens an answer whose client set no ``max_output_tokens`` ends with its
-    sentence (``None``: the model's cap alone)."""
-    prompt_budget_tokens: int | None
-    """The LLM's context less its answer's tokens (``None``: no limit to keep to)."""
-
-
 class Responder:
-    def __init__(
-        self,
-        *,
-        stages: Stages,
-        scope: ResponseScope,
-        outbox: Outbox,
-        conversation: Conversation,
-        settings: ResponseSettings,
-        session: SessionSettings,
-        metrics: SessionMetrics,
-        playback: Playback,
-        spawn: Spawn,
-    ) -> None:
-        self._stages = stages
-        self._playback = playback
-        self._session = session
-        self._scope = scope
-        self._outbox = outbox
-        self._conversation = conversation
-        self._settings = settings
-        self._metrics = metrics
-        self._spawn = spawn
+    def __init__(self, kit: SessionKit, scope: ResponseScope, settings: ResponseSettings) -> None:
+        self._kit, self._scope, self._settings = kit, scope, settings
         self._end_callbacks: list[Callable[[ResponseRun], None]] = []
         self.current: ResponseRun | None = None
         """The response a barge-in or ``response.cancel`` would stop."""
@@ -110,7 +73,7 @@ class Responder:
     ) -> ResponseRun:
         """A run answering ``prompt`` (with the session's settings unless ``options``),
         not started yet."""
-        options = options or self._session.response_options(None)
+        options = options or self._kit.settings.response_options(None)
         answer = AssistantMessage(new_id("item"), spoken_aloud=not options.text_only)
         future = asyncio.ensure_future(prompt)
         return ResponseRun(new_id("resp"), answer, self._scope.generation, future, timeline, options)
@@ -119,11 +82,11 @@ class Responder:
         """Start ``run``; unless the outbox holds it, it is now the current response.
         Output items are announced as the model starts each: an answer that is only a
         function call has no empty message beside it."""
-        if not self._outbox.holds(run.id):
+        if not self._kit.outbox.holds(run.id):
             self.current = run
-        ResponseEvents(self._outbox, run).created()
-        run.task = self._spawn(self._run(run))
-        run.task.add_done_callback(lambda _: self._outbox.forget(run.id))
+        ResponseEvents(self._kit.outbox, run).created()
+        run.task = self._kit.spawn(self._run(run))
+        run.task.add_done_callback(lambda _: self._kit.outbox.forget(run.id))
         return run
 
     def answer(
@@ -148,9 +111,9 @@ class Responder:
         conversation and its events go out; if it ended while held, it ends now."""
         if run.options.in_conversation:
             for item in run.outputs:
-                self._conversation.add(item)
+                self._kit.conversation.add(item)
         run.timeline.shown()
-        self._outbox.release(run.id)
+        self._kit.outbox.release(run.id)
         if run.status == "completed":
             self.current = None
             self._ended(run)
@@ -166,13 +129,13 @@ class Responder:
         if run is None:
             return False
         self._scope.cancel()
-        if self._outbox.holds(run.id):
+        if self._kit.outbox.holds(run.id):
             self.abandon(run, reason or "cancelled")
             return False
         self._stop(run)
-        self._playback.stopped()  # the client stops playing a cancelled answer
+        self._kit.playback.stopped()  # the client stops playing a cancelled answer
         if reason is not None:
-            self._metrics.cancelled(reason)
+            self._kit.metrics.cancelled(reason)
         for item in run.outputs:
             if isinstance(item, AssistantMessage | FunctionCall):
                 item.keep_sent()
@@ -185,35 +148,24 @@ class Responder:
         if self.current is run:
             self.current = None
         self._stop(run)
-        self._metrics.held_dropped(reason)
+        self._kit.metrics.held_dropped(reason)
         run.timeline.end(run.id, "dropped", reason)
         logger.info("response %s dropped unseen: %s", run.id, reason)
 
     def _stop(self, run: ResponseRun) -> None:
         """Stop the run's work and drop its output (queued, held and to come)."""
         run.stop()
-        self._outbox.cancel(run.id)
+        self._kit.outbox.cancel(run.id)
         if run.task is not None and run.task.done():  # ended while held: nothing more can come
-            self._outbox.forget(run.id)
+            self._kit.outbox.forget(run.id)
 
     async def _run(self, run: ResponseRun) -> None:
         try:
             messages = await self._prompt(run) if run.script is None else None
             ticket = self._scope.ticket(run.generation)
-            events = ResponseEvents(self._outbox, run)
-            sink = answer_sink(
-                run,
-                events,
-                self._outbox,
-                self._stages,
-                ticket,
-                self._playback,
-                self._spawn,
-                first_chunk_words=self._settings.first_chunk_words,
-                audio_delta_ms=self._settings.audio_delta_ms,
-                low_lead_ms=self._settings.low_lead_ms,
-            )
-            calls = FunctionCalls(run, events, self._outbox, lambda call: self._announce(run, call))
+            events = ResponseEvents(self._kit.outbox, run)
+            sink = answer_sink(run, events, self._kit, ticket, self._settings)
+            calls = FunctionCalls(run, events, self._kit.outbox, lambda call: self._announce(run, call))
             try:
                 outputs = _said(run.script) if messages is None else self._generated(run, messages, ticket, sink)
                 async with contextlib.aclosing(outputs) as pieces:
@@ -243,7 +195,9 @@ class Responder:
 
     async def _prompt(self, run: ResponseRun) -> list[ChatMessage]:
         """The run's prompt, made to fit the LLM's context."""
-        messages = await self._conversation.fit(await run.prompt, self._settings.prompt_budget_tokens, self._stages.fit)
+        messages = await self._kit.conversation.fit(
+            await run.prompt, self._settings.prompt_budget_tokens, self._kit.stages.fit
+        )
         run.timeline.mark("prompt_ready")
         return messages
 
@@ -257,7 +211,7 @@ class Responder:
         request = LLMRequest(
             messages, ticket, run.id, options.max_output_tokens, options.tools, llm_stage.carrier, bound
         )
-        llm = self._stages.generate(request)
+        llm = self._kit.stages.generate(request)
         run.streams.add(llm)
         return _pieces(llm, sink, run, llm_stage.end)
 
@@ -266,19 +220,19 @@ class Responder:
         run.outputs.append(item)
         previous = None
         if run.options.in_conversation:
-            if self._outbox.holds(run.id):  # joins the conversation when shown
+            if self._kit.outbox.holds(run.id):  # joins the conversation when shown
                 previous = run.outputs[-2].id if len(run.outputs) > 1 else run.follows
             else:
-                previous = self._conversation.add(item)
-        ResponseEvents(self._outbox, run).output_added(item, previous)
+                previous = self._kit.conversation.add(item)
+        ResponseEvents(self._kit.outbox, run).output_added(item, previous)
 
     def _finish(self, run: ResponseRun) -> None:
-        if self.current is run and not self._outbox.holds(run.id):
+        if self.current is run and not self._kit.outbox.holds(run.id):
             self.current = None
         run.status = "completed"
         if not run.outputs:  # an empty answer still has its item
             self._announce(run, run.answer)
-        events = ResponseEvents(self._outbox, run)
+        events = ResponseEvents(self._kit.outbox, run)
         for item in run.outputs:
             if item is run.answer:
                 events.answer_done()
@@ -290,23 +244,23 @@ class Responder:
 
     def _fail(self, run: ResponseRun, failure: StageFailure | None) -> None:
         run.status = "failed"
-        if self._outbox.holds(run.id):
+        if self._kit.outbox.holds(run.id):
             return  # a held run: its adoption sees it failed and answers afresh
         if self.current is run:
             self.current = None
         code, why = (failure.code, failure.message) if failure else ("response_failed", "the server failed")
         error = ProtocolError(code, f"response {run.id} could not be completed: {why}")
-        ResponseEvents(self._outbox, run).failed(error)
+        ResponseEvents(self._kit.outbox, run).failed(error)
         status = RealtimeResponseStatus(type="failed", error={"type": "server_error", "code": error.code})
         self._end(run, "failed", status)
 
     def _end(self, run: ResponseRun, status: Status, details: RealtimeResponseStatus | None = None) -> None:
         run.status = status
-        ResponseEvents(self._outbox, run).done(details, on_sent=lambda: self._playback.answer_over(run.id))
-        if not self._outbox.holds(run.id):  # else it ends when shown
+        ResponseEvents(self._kit.outbox, run).done(details, on_sent=lambda: self._kit.playback.answer_over(run.id))
+        if not self._kit.outbox.holds(run.id):  # else it ends when shown
             self._ended(run)
             run.timeline.end(run.id, status, details.reason if details is not None and status == "cancelled" else None)
-        self._metrics.response_ended(run.timeline.report(run.id, status))
+        self._kit.metrics.response_ended(run.timeline.report(run.id, status))
 
     def _ended(self, run: ResponseRun) -> None:
         for callback in self._end_callbacks:

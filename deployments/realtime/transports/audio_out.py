@@ -7,22 +7,17 @@ queued behind a barge-in's events to its ``clear``. Each transport owns its code
 its caller plays the audio:
 
 - a WebSocket client plays what it is sent: frames leave as ``response.output_audio.delta``
-  events in the session's output format (:class:`WebSocketAudio`), paced by the session
-  (``Playback.room``) at most ``audio_lead_ms`` ahead;
+  events in the session's output format (``transports.websocket.WebSocketAudio``), paced
+  by the session (``Playback.room``) at most ``audio_lead_ms`` ahead;
 - WebRTC plays them on the server's own track, in real time: it can pause and clear;
 - Twilio gets μ-law ``media`` messages and a ``mark`` after each, whose echoes say what the
   caller has played (``deployments.realtime.transports.twilio``).
 """
 
-import base64
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from openai import BaseModel as OpenAIModel
-from openai.types.realtime import ResponseAudioDeltaEvent
-
-from deployments.realtime.protocol import server_event
-from deployments.realtime.transports.wire_audio import AnswerEncoder, WireAudio
+from deployments.realtime.transports.wire_audio import WireAudio
 
 
 @dataclass(slots=True)
@@ -77,44 +72,3 @@ class AudioOut(Protocol):
         """How much of the answer the caller is known to have played (``None``: only the
         caller knows; it says so with ``conversation.item.truncate``)."""
         ...
-
-
-class WebSocketAudio:
-    """Frames as ``response.output_audio.delta`` events, base64 in the session's format."""
-
-    plays_itself = False
-
-    def __init__(self, send: "SendEvent") -> None:
-        self._send = send
-        self._encoder = AnswerEncoder()
-
-    async def play(self, frame: AnswerAudio) -> None:
-        encoded = self._encoder.encode(frame.response_id, frame.wire, frame.pcm16)
-        if not encoded:
-            return
-        audio = base64.b64encode(encoded).decode("ascii")
-        delta = server_event(
-            ResponseAudioDeltaEvent,
-            delta=audio,
-            response_id=frame.response_id,
-            item_id=frame.item_id,
-            output_index=frame.output_index,
-            content_index=0,
-        )
-        await self._send(delta)
-
-    def finished(self, response_id: str) -> None:
-        pass  # the client plays it out
-
-    async def clear(self) -> None:
-        self._encoder.reset()  # the client stops at speech_started (or a cancelled response.done)
-
-    def pause(self, paused: bool) -> None:
-        pass  # paced instead: the session stops sending
-
-    def played_ms(self, response_id: str) -> float | None:
-        return None
-
-
-class SendEvent(Protocol):
-    async def __call__(self, event: OpenAIModel) -> None: ...

@@ -1,9 +1,10 @@
 """A phone's keypad: digits typed in a call (Twilio's ``dtmf``) gathered into one entry that
 the agent can answer, as the caller's text message."""
 
-import json
 import time
 from collections.abc import Callable
+
+from openai.types.realtime import ConversationItemCreateEvent, ResponseCreateEvent
 
 from deployments.realtime.limits import Violation
 
@@ -23,7 +24,7 @@ class Keypad:
         self._last_at = 0.0
         self._clock = clock
 
-    def press(self, digit: str) -> list[str]:
+    def press(self, digit: str) -> list[ConversationItemCreateEvent | ResponseCreateEvent]:
         """A digit; the entry's events if this ends it. ``Violation`` for a digit past
         ``MAX_ENTRY_DIGITS`` (refused; a ``#`` still ends the entry)."""
         if digit != "#" and len(self._digits) >= MAX_ENTRY_DIGITS:
@@ -38,7 +39,9 @@ class Keypad:
             return None
         return max(self._last_at + KEYPAD_PAUSE_S - self._clock(), 0.0)
 
-    def flush(self) -> list[str]:
+    def flush(self) -> list[ConversationItemCreateEvent | ResponseCreateEvent]:
+        """The entry's events (none if no digit is being typed): its text as the caller's
+        message, and a request for an answer."""
         digits, self._digits = self._digits, ""
         if not digits:
             return []
@@ -46,6 +49,6 @@ class Keypad:
         content = [{"type": "input_text", "text": text}]
         item = {"type": "message", "role": "user", "content": content}
         return [
-            json.dumps({"type": "conversation.item.create", "item": item}),
-            json.dumps({"type": "response.create"}),
+            ConversationItemCreateEvent.model_validate({"type": "conversation.item.create", "item": item}),
+            ResponseCreateEvent(type="response.create"),
         ]

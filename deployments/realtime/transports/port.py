@@ -1,22 +1,24 @@
-"""The session's transport: client events in, server events out, the answer's audio out
+"""The session's transport port: client input in, server events out, the answer's audio out
 (its :class:`AudioOut` port), and a close.
 
-The session sees only :class:`Transport`; :class:`WebSocketTransport` is Starlette's
-WebSocket (a WebRTC call and a Twilio media stream are others). A client that has gone is
+The session sees only :class:`Transport`; a WebSocket (``transports.websocket``), a WebRTC
+call and a Twilio media stream are its adapters. What a transport hands the session is typed
+(:data:`ClientInput`): a client's own event as the text it sent (``str | bytes``, which the
+session parses), or :data:`CallerInput`: caller audio as bytes with its wire format, a
+caller's other message, words to say, or an event the transport's side made, already typed.
+No transport writes JSON for the session to parse. A client that has gone is
 :class:`ClientLeft`, whichever direction notices it first.
 """
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
-from starlette.websockets import WebSocketState
+from openai.types.realtime import RealtimeClientEvent
 
-from deployments.realtime.protocol import encode
-from deployments.realtime.transports.audio_out import AudioOut, WebSocketAudio
+from deployments.realtime.transports.audio_out import AudioOut
+from deployments.realtime.transports.wire_audio import WireAudio
 
 
 class ClientLeft(Exception):
@@ -25,12 +27,13 @@ class ClientLeft(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CallerAudio:
-    """The caller's audio as a transport of another protocol took it (a Twilio ``media``):
-    served as ``input_audio_buffer.append``, with no event written to be parsed again (that
-    cost more than all the rest of a 20 ms frame)."""
+    """The caller's audio as a transport took it (a Twilio ``media``, a WebRTC microphone's
+    frames): served as ``input_audio_buffer.append``, with no event written to be parsed
+    again (that cost more than all the rest of a 20 ms frame)."""
 
     audio: bytes
-    """In the session's input format."""
+    wire: WireAudio
+    """The format ``audio`` is in, whatever the session's input format is."""
     size: int
     """The message's size, for the event size limit."""
 
@@ -57,12 +60,30 @@ class AgentLine:
     text: str
 
 
-CallerInput = CallerAudio | CallerMessage | AgentLine
+@dataclass(frozen=True, slots=True)
+class MadeEvent:
+    """A client event the transport's side makes (a call's opening ``session.update``, a
+    keypad entry's ``conversation.item.create`` and ``response.create``), already typed:
+    served as the client's own. No budget of the caller's is spent on it: the message that
+    led to it (a ``dtmf``) was admitted already."""
+
+    event: RealtimeClientEvent
+
+
+CallerInput = CallerAudio | CallerMessage | AgentLine | MadeEvent
+ClientInput = str | bytes | CallerInput
+"""What a transport hands the session: a client's event as sent, or :data:`CallerInput`."""
+
+
+class SendEvent(Protocol):
+    """Sends one server event to the client (``ClientLeft`` if it has gone)."""
+
+    async def __call__(self, event: OpenAIModel) -> None: ...
 
 
 class Transport(Protocol):
-    async def receive(self) -> str | bytes | CallerInput:
-        """The next client message (``ClientLeft`` once the client has gone)."""
+    async def receive(self) -> ClientInput:
+        """The next client input (``ClientLeft`` once the client has gone)."""
         ...
 
     async def send(self, event: OpenAIModel) -> None:
@@ -77,38 +98,3 @@ class Transport(Protocol):
     def audio(self) -> AudioOut:
         """How the answer's audio leaves for this client."""
         ...
-
-
-class WebSocketTransport:
-    def __init__(self, websocket: WebSocket) -> None:
-        self._ws = websocket
-        self.audio = WebSocketAudio(self.send)
-
-    async def receive(self) -> str | bytes:
-        try:
-            message = await self._ws.receive()
-        except WebSocketDisconnect:
-            raise ClientLeft from None
-        if message["type"] == "websocket.disconnect":
-            raise ClientLeft
-        data: str | bytes = message.get("text") or message.get("bytes") or ""
-        return data
-
-    async def send(self, event: OpenAIModel) -> None:
-        await send_text(self._ws, encode(event))
-
-    async def close(self, code: int, reason: str) -> None:
-        with contextlib.suppress(RuntimeError):  # already closed by the client
-            await self._ws.close(code=code, reason=reason)
-
-
-async def send_text(websocket: WebSocket, text: str) -> None:
-    """Send ``text`` on a WebSocket; ``ClientLeft`` if the client has gone."""
-    try:
-        await websocket.send_text(text)
-    except (WebSocketDisconnect, OSError) as exc:
-        raise ClientLeft from exc
-    except RuntimeError as exc:  # Starlette's answer to sending on a closed socket
-        if WebSocketState.DISCONNECTED in (websocket.client_state, websocket.application_state):
-            raise ClientLeft from exc
-        raise

@@ -13,12 +13,15 @@ transport that speaks Twilio's messages (https://www.twilio.com/docs/voice/media
   ``response.done <id> <status>``, echoed once the answer has played out. Nothing else goes
   to Twilio: its stream takes only ``media``, ``mark`` and ``clear``, so the session's
   ``error`` events are logged.
-- Every message in passes the session's input guard (``transport.CallerAudio``,
-  ``transport.CallerMessage``): one budget for the call, whatever it sends. Bad input (a
-  frame that is not JSON or not Twilio's, a bad payload or digit) is refused and counts as
-  breaking a limit, since a real Twilio never sends it; a caller that keeps breaking limits
-  is hung up (1008), which Twilio's debugger shows. The call's first ``LOGGED_PROBLEMS``
-  problems are logged with its id, the rest only counted (:class:`CallLog`).
+- Every message in passes the session's input guard (``port.CallerAudio``, in
+  :data:`PCMU`, and ``port.CallerMessage``): one budget for the call, whatever it sends;
+  what the call's side makes of them (its opening ``session.update``, a keypad entry's
+  events) reaches the session typed (``port.MadeEvent``), never as JSON to parse. Only
+  Twilio's own messages, in and out, are JSON. Bad input (a frame that is not JSON or not
+  Twilio's, a bad payload or digit) is refused and counts as breaking a limit, since a real
+  Twilio never sends it; a caller that keeps breaking limits is hung up (1008), which
+  Twilio's debugger shows. The call's first ``LOGGED_PROBLEMS`` problems are logged with
+  its id, the rest only counted (:class:`CallLog`).
 """
 
 import asyncio
@@ -34,7 +37,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from fastapi import WebSocket, WebSocketDisconnect
 from openai import BaseModel as OpenAIModel
-from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent, SessionCreatedEvent
+from openai.types.realtime import RealtimeErrorEvent, ResponseDoneEvent, SessionCreatedEvent, SessionUpdateEvent
 
 from deployments.realtime.limits import Violation
 from deployments.realtime.protocol import CLOSE_NORMAL, CLOSE_SERVICE_RESTART, SessionDrainingEvent
@@ -54,8 +57,9 @@ from deployments.realtime.transports.port import (
     CallerInput,
     CallerMessage,
     ClientLeft,
-    send_text,
+    MadeEvent,
 )
+from deployments.realtime.transports.websocket import send_text
 from deployments.realtime.transports.wire_audio import PCMU, AnswerEncoder, audio_ms
 
 logger = logging.getLogger(__name__)
@@ -277,10 +281,11 @@ class TwilioTransport:
         self._keypad = Keypad()
         self._line = plan.line
         self._control = CallControl(plan.control)
-        self._pending: deque[str | CallerInput] = deque()
+        self._pending: deque[CallerInput] = deque()
         """The call's opening, Twilio's messages as taken, keypad entries and lines to say."""
         if not plan.resumed:
-            self._pending.append(json.dumps({"type": "session.update", "session": self._settings(plan)}))
+            opening = {"type": "session.update", "session": self._settings(plan)}
+            self._pending.append(MadeEvent(SessionUpdateEvent.model_validate(opening)))
             if plan.control.greeting:
                 self._pending.append(AgentLine(plan.control.greeting))
 
@@ -293,7 +298,7 @@ class TwilioTransport:
             session["tools"] = tools
         return session
 
-    async def receive(self) -> str | CallerInput:
+    async def receive(self) -> CallerInput:
         while not self._pending:
             action = self._control.due()
             if action is not None:
@@ -304,7 +309,7 @@ class TwilioTransport:
                 async with asyncio.timeout(min(waits, default=None)):
                     message = await self._ws.receive()
             except TimeoutError:
-                self._pending.extend(self._keypad.flush())
+                self._pending.extend(map(MadeEvent, self._keypad.flush()))
                 continue
             except WebSocketDisconnect:
                 self._log.ended("left")
@@ -338,7 +343,7 @@ class TwilioTransport:
             return CallerMessage(size, _refused(f"a message that is not Twilio's: {str(text)[:80]!r}"))
         if event == "media":
             try:
-                return CallerAudio(base64.b64decode(_field(message, "media", "payload"), validate=True), size)
+                return CallerAudio(base64.b64decode(_field(message, "media", "payload"), validate=True), PCMU, size)
             except (ValueError, TypeError):
                 return CallerMessage(size, _refused("a media message without a base64 media.payload"))
         if event == "mark":
@@ -350,7 +355,7 @@ class TwilioTransport:
             digit = _field(message, "dtmf", "digit")
             if not isinstance(digit, str) or digit not in DIGITS:
                 return CallerMessage(size, _refused(f"a dtmf digit {str(digit)[:8]!r}"))
-            return CallerMessage(size, lambda: self._pending.extend(self._keypad.press(digit)))
+            return CallerMessage(size, lambda: self._pending.extend(map(MadeEvent, self._keypad.press(digit))))
         if event == "stop":
             self._log.ended("stopped")
             raise ClientLeft

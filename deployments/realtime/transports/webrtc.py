@@ -3,11 +3,12 @@
 A call is the same :class:`RealtimeSession` behind another :class:`Transport`:
 - client events arrive on the ``oai-events`` data channel, and server events leave on it;
 - the microphone is an Opus track: decoded and resampled to 24 kHz PCM16, it reaches the
-  session as ``input_audio_buffer.append`` events, so every input limit applies unchanged;
+  session as ``CallerAudio`` of 100 ms in :data:`PCM16` (served as ``input_audio_buffer.append``
+  is, whatever the session's input format), so every input limit applies unchanged;
 - the answer's audio goes to an Opus track the server paces in real time (the track is the
   session's :class:`AudioOut` port): no event carries it. The server plays the audio, so a
-  barge-in, a cancel or ``output_audio_buffer.clear`` empties its queue: playback stops at
-  once, with ``output_audio_buffer.cleared``; and
+  barge-in, a cancel or ``output_audio_buffer.clear`` (which the session serves by clearing
+  the track) empties its queue: playback stops at once, with ``output_audio_buffer.cleared``; and
   ``output_audio_buffer.started``/``stopped`` say when the answer begins and ends playing.
   While the session decides whether speech is an interruption, playback pauses (silence,
   nothing dropped) and resumes where it stopped if it was not.
@@ -16,10 +17,8 @@ falling silent for ``PEER_GONE_AFTER_S``: a tab closed, a network gone) ends its
 """
 
 import asyncio
-import base64
 import contextlib
 import fractions
-import json
 import os
 import time
 from collections.abc import Callable
@@ -40,7 +39,8 @@ from cancel import spawn_detached
 from deployments.realtime.protocol import encode, server_event
 from deployments.realtime.transports.audio_out import AnswerAudio
 from deployments.realtime.transports.config import IceServer
-from deployments.realtime.transports.port import ClientLeft
+from deployments.realtime.transports.port import CallerAudio, ClientLeft
+from deployments.realtime.transports.wire_audio import PCM16
 from handlers.audio import REALTIME_RATE
 
 FRAME_SAMPLES = REALTIME_RATE // 50
@@ -121,9 +121,6 @@ class AnswerTrack(MediaStreamTrack):
         return None  # the session's clock is the track's: it counts what was played
 
     async def clear(self) -> None:
-        self.clear_now()
-
-    def clear_now(self) -> None:
         """Stop playing now, dropping what was queued."""
         self.paused = False
         if self._response_id is not None:
@@ -161,7 +158,8 @@ class WebRTCTransport:
 
     def __init__(self, peer: RTCPeerConnection) -> None:
         self._peer = peer
-        self._incoming: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self._incoming: asyncio.Queue[str | bytes | CallerAudio | None] = asyncio.Queue()
+        """The data channel's messages as sent, the microphone's audio; ``None``: the peer went."""
         self._channel: Any = None
         self._unsent: list[str] = []
         """Server events from before the data channel opened (``session.created``)."""
@@ -189,7 +187,7 @@ class WebRTCTransport:
             raise BadOffer(f"the SDP offer could not be answered: {str(exc)[:200]}") from None
         return transport, peer.localDescription.sdp
 
-    async def receive(self) -> str | bytes:
+    async def receive(self) -> str | bytes | CallerAudio:
         message = await self._incoming.get()
         if message is None:
             raise ClientLeft
@@ -231,10 +229,7 @@ class WebRTCTransport:
         channel.on("close", lambda: self._incoming.put_nowait(None))
 
     def _on_message(self, message: str | bytes) -> None:
-        if isinstance(message, str) and '"output_audio_buffer.clear"' in message:
-            self.answer.clear_now()  # the client asks the server to stop playing
-            return
-        self._incoming.put_nowait(message)
+        self._incoming.put_nowait(message)  # the client's event, for the session to parse
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio":
@@ -242,7 +237,8 @@ class WebRTCTransport:
             self._tasks.add(task)
 
     async def _microphone(self, track: MediaStreamTrack) -> None:
-        """The caller's audio as ``input_audio_buffer.append`` events of 100 ms."""
+        """The caller's audio as ``CallerAudio`` of 100 ms in :data:`PCM16`; its size (for
+        the event size limit) is its byte count."""
         resampler = av.AudioResampler(format="s16", layout="mono", rate=REALTIME_RATE)
         pending = bytearray()
         wait_s = 2 * PEER_GONE_AFTER_S  # the first frame waits for the connection's set-up too
@@ -258,9 +254,8 @@ class WebRTCTransport:
             for converted in resampler.resample(frame):
                 pending += bytes(converted.planes[0])[: 2 * converted.samples]
             if len(pending) >= 10 * FRAME_SAMPLES:
-                audio = base64.b64encode(bytes(pending)).decode("ascii")
+                self._incoming.put_nowait(CallerAudio(bytes(pending), PCM16, len(pending)))
                 pending.clear()
-                self._incoming.put_nowait(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
 
     async def _on_state(self) -> None:
         if self._peer.connectionState in ("failed", "closed"):

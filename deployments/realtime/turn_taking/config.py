@@ -19,7 +19,7 @@ class InterruptionRules(BaseModel):
     out (``ignore_backchannels``), so this stays short: at 150 ms a real interruption is
     decided after 165 ms of speech (p50) against 310 ms at 300 ms, none missed, with about as
     many backchannels taken (57 and 54 of 180; ``make bench-backchannel-words``,
-    docs/bench/README.md, "When the words are looked at")."""
+    docs/bench/notes/backchannels.md, "When the words are looked at")."""
     ignore_backchannels: bool = True
     """Speech whose transcript is only backchannel words (``BACKCHANNEL_WORDS``), function
     words, sounds or no words at all (noise) never interrupts: one STT call per candidate, made once it has

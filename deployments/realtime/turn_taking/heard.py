@@ -11,17 +11,15 @@ import math
 
 from openai.types.realtime import ConversationItemTruncatedEvent
 
-from deployments.realtime.conversation import Conversation
-from deployments.realtime.outbox import Outbox
-from deployments.realtime.playback import Playback
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.protocol import ProtocolError, server_event
 from deployments.realtime.response.responder import Responder
 from deployments.realtime.response.run import ResponseRun
 
 
 class HeardAnswers:
-    def __init__(self, conversation: Conversation, outbox: Outbox, playback: Playback, responder: Responder) -> None:
-        self._conversation, self._outbox, self._playback = conversation, outbox, playback
+    def __init__(self, kit: SessionKit, responder: Responder) -> None:
+        self._kit = kit
         self._last: ResponseRun | None = None
         responder.on_end(self._ended)
 
@@ -32,14 +30,14 @@ class HeardAnswers:
     def cut(self) -> None:
         """The caller stopped hearing the last answer (after its cancel, if it was running)."""
         run, self._last = self._last, None
-        played_ms = self._playback.played_ms(run.id) if run is not None else None
+        played_ms = self._kit.playback.played_ms(run.id) if run is not None else None
         if run is None or played_ms is None or played_ms >= run.answer.audio_ms:
             return
         try:
-            cut_ms = self._conversation.truncate(run.answer.id, 0, math.floor(played_ms))
+            cut_ms = self._kit.conversation.truncate(run.answer.id, 0, math.floor(played_ms))
         except ProtocolError:
             return  # the client deleted it meanwhile
         truncated = server_event(
             ConversationItemTruncatedEvent, item_id=run.answer.id, content_index=0, audio_end_ms=cut_ms
         )
-        self._outbox.put(truncated)
+        self._kit.outbox.put(truncated)

@@ -10,13 +10,11 @@ from collections.abc import Callable
 
 from openai.types.realtime import InputAudioBufferTimeoutTriggered
 
-from deployments.realtime.conversation import Conversation, prompt
-from deployments.realtime.outbox import Outbox
+from deployments.realtime.conversation import prompt
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.protocol import new_id, server_event
 from deployments.realtime.response.responder import Responder
 from deployments.realtime.response.run import ResponseRun
-from deployments.realtime.settings import SessionSettings
-from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turn_taking.transcription import Transcription
 
@@ -24,25 +22,15 @@ from deployments.realtime.turn_taking.transcription import Transcription
 class IdleTimeout:
     def __init__(
         self,
-        *,
-        settings: SessionSettings,
-        received_ms: Callable[[], int],
-        user_speaking: Callable[[], bool],
-        conversation: Conversation,
+        kit: SessionKit,
         responder: Responder,
         transcription: Transcription,
-        outbox: Outbox,
-        spawn: Spawn,
+        received_ms: Callable[[], int],
+        user_speaking: Callable[[], bool],
     ) -> None:
         """``received_ms``: the input audio's clock (``audio_*_ms``)."""
-        self._settings = settings
-        self._received_ms = received_ms
-        self._user_speaking = user_speaking
-        self._conversation = conversation
-        self._responder = responder
-        self._transcription = transcription
-        self._outbox = outbox
-        self._spawn = spawn
+        self._kit, self._responder, self._transcription = kit, responder, transcription
+        self._received_ms, self._user_speaking = received_ms, user_speaking
         self._timer: asyncio.Task[None] | None = None
         responder.on_end(self._answer_ended)
 
@@ -55,9 +43,9 @@ class IdleTimeout:
     def _answer_ended(self, run: ResponseRun) -> None:
         """The timeout counts from when the answer's audio has played."""
         self.stop()
-        timeout_ms = self._settings.idle_timeout_ms
-        if timeout_ms is not None and self._settings.turn_detection is not None:
-            self._timer = self._spawn(self._after(run.answer.spoken_ms / 1000 + timeout_ms / 1000))
+        timeout_ms = self._kit.settings.idle_timeout_ms
+        if timeout_ms is not None and self._kit.settings.turn_detection is not None:
+            self._timer = self._kit.spawn(self._after(run.answer.spoken_ms / 1000 + timeout_ms / 1000))
 
     async def _after(self, seconds: float) -> None:
         start_ms = self._received_ms()
@@ -66,7 +54,7 @@ class IdleTimeout:
         if self._responder.current is not None or self._user_speaking():
             return
         item_id = new_id("item")
-        self._outbox.put(
+        self._kit.outbox.put(
             server_event(
                 InputAudioBufferTimeoutTriggered,
                 audio_start_ms=start_ms,
@@ -77,4 +65,4 @@ class IdleTimeout:
         self._transcription.commit_silence(item_id)
         timeline = Timeline()
         timeline.mark("requested")
-        self._responder.answer(prompt(self._conversation.items, self._settings.instructions), timeline)
+        self._responder.answer(prompt(self._kit.conversation.items, self._kit.settings.instructions), timeline)

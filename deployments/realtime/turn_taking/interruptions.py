@@ -24,11 +24,8 @@ import numpy as np
 
 from deployments.realtime.audio_input import AudioInput, SpeechHeard, TurnEvent
 from deployments.realtime.failures import StageFailure
-from deployments.realtime.playback import Playback
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.spoken_words import holds_a_real_word
-from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
-from deployments.realtime.turn_taking.config import InterruptionRules
 from handlers.vad import SpeechStarted, SpeechStopped, ms_to_samples, samples_to_ms
 
 logger = logging.getLogger(__name__)
@@ -52,32 +49,13 @@ class _Candidate:
 
 
 class InterruptionGate:
-    def __init__(
-        self,
-        *,
-        rules: Callable[[], InterruptionRules],
-        interrupts: Callable[[], bool],
-        playback: Playback,
-        audio: AudioInput,
-        stages: Stages,
-        act: Callable[[TurnEvent], None],
-        decided: Callable[[bool, float], None],
-        spawn: Spawn,
-    ) -> None:
-        """``interrupts()``: whether speech may interrupt an answer at all
-        (``interrupt_response``; if not, nothing is decided and the answer never pauses);
-        ``act``: turn-taking's handling of an event (the gate passes confirmed speech
-        on to it, and everything once nothing is pending); ``decided(confirmed, heard_s)``:
-        told of each candidate's outcome and how much of its speech had come in by then,
-        from its onset (the metrics)."""
-        self._rules = rules
-        self._interrupts = interrupts
-        self._playback = playback
-        self._audio = audio
-        self._stages = stages
-        self._act = act
-        self._decided = decided
-        self._spawn = spawn
+    def __init__(self, kit: SessionKit, audio: AudioInput, act: Callable[[TurnEvent], None]) -> None:
+        """``act``: turn-taking's handling of an event (the gate passes confirmed speech on to
+        it, and everything once nothing is pending). The session's ``interrupt_response``
+        says whether speech may interrupt an answer at all (if not, nothing is decided and
+        the answer never pauses); each candidate's outcome, and how much of its speech had
+        come in by then, goes to the metrics."""
+        self._kit, self._audio, self._act = kit, audio, act
         self._candidate: _Candidate | None = None
 
     def take(self, event: TurnEvent) -> None:
@@ -88,13 +66,13 @@ class InterruptionGate:
             self._follow(candidate, event)
         elif (
             isinstance(event.vad, SpeechStarted)
-            and self._interrupts()
-            and not self._rules().immediate
-            and self._playback.playing()
+            and self._kit.settings.interrupt_response
+            and not self._kit.settings.interruption.immediate
+            and self._kit.playback.playing()
         ):
-            look_at = event.vad.start_sample + ms_to_samples(self._rules().min_duration_ms)
+            look_at = event.vad.start_sample + ms_to_samples(self._kit.settings.interruption.min_duration_ms)
             self._candidate = _Candidate(event.vad, look_at, [event])
-            self._playback.pause()
+            self._kit.playback.pause()
             self._audio.notify_at(look_at)
         else:
             self._act(event)
@@ -105,10 +83,10 @@ class InterruptionGate:
         if candidate is not None:
             if candidate.check is not None:
                 candidate.check.cancel()
-            self._playback.resume()
+            self._kit.playback.resume()
 
     def _follow(self, candidate: _Candidate, event: TurnEvent) -> None:
-        rules, vad = self._rules(), event.vad
+        rules, vad = self._kit.settings.interruption, event.vad
         if candidate.check is not None and not candidate.check.done():
             return  # the transcript decides; the events wait for it
         if isinstance(vad, SpeechHeard):
@@ -135,11 +113,11 @@ class InterruptionGate:
     def _check_words(self, candidate: _Candidate, audio: np.ndarray, heard: int | None) -> None:
         """Transcribe the candidate so far (``heard``: the VAD's position; ``None``: the
         speech has ended, so this is the last look)."""
-        candidate.check = self._spawn(self._words_decide(candidate, audio, heard))
+        candidate.check = self._kit.spawn(self._words_decide(candidate, audio, heard))
 
     async def _words_decide(self, candidate: _Candidate, audio: np.ndarray, heard: int | None) -> None:
         try:
-            real = holds_a_real_word(await self._stages.transcribe(audio, over_answer=True))
+            real = holds_a_real_word(await self._kit.stages.transcribe(audio, over_answer=True))
         except StageFailure as failure:  # never miss a real interruption for want of words
             logger.warning("an interruption's words are unknown (%s): taken as real", failure.message)
             real = True
@@ -163,10 +141,10 @@ class InterruptionGate:
         barge-in has stopped playback by the time ``resume`` runs (then it does nothing):
         the server's playback is cleared, never resumed for a moment first."""
         self._candidate = None
-        self._decided(True, self._heard_s(candidate))
+        self._kit.metrics.interruption(True, self._heard_s(candidate))
         first, *rest = candidate.events
         self._act(first)
-        self._playback.resume()
+        self._kit.playback.resume()
         for event in rest:
             self.take(event)
 
@@ -179,8 +157,8 @@ class InterruptionGate:
         """Not an interruption: its events are dropped up to its end, the answer resumes,
         and what came after is taken afresh."""
         self._candidate = None
-        self._decided(False, self._heard_s(candidate))
-        self._playback.resume()
+        self._kit.metrics.interruption(False, self._heard_s(candidate))
+        self._kit.playback.resume()
         logger.debug(
             "%d ms of speech during an answer: not an interruption", samples_to_ms(stop.end_sample - stop.start_sample)
         )

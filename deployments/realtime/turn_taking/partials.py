@@ -15,10 +15,8 @@ import numpy as np
 from openai.types.realtime import ConversationItemInputAudioTranscriptionDeltaEvent
 
 from deployments.realtime.failures import StageFailure
-from deployments.realtime.outbox import Outbox
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.protocol import server_event
-from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
 from handlers.audio import SPEECH_RATE
 
 logger = logging.getLogger(__name__)
@@ -30,21 +28,13 @@ MIN_PARTIAL_S = 0.5
 class PartialTranscripts:
     def __init__(
         self,
-        *,
+        kit: SessionKit,
         interval_s: float | None,
         speech_so_far: Callable[[], np.ndarray],
         paused: Callable[[], bool],
-        stages: Stages,
-        outbox: Outbox,
-        spawn: Spawn,
     ) -> None:
         """``interval_s``: ``None`` sends none; ``paused``: whether the user is in a pause."""
-        self._interval_s = interval_s
-        self._speech_so_far = speech_so_far
-        self._paused = paused
-        self._stages = stages
-        self._outbox = outbox
-        self._spawn = spawn
+        self._kit, self._interval_s, self._speech_so_far, self._paused = kit, interval_s, speech_so_far, paused
         self._task: asyncio.Task[None] | None = None
         self._sent: dict[str, str] = {}
         """What each utterance's partial transcripts have sent, by item id."""
@@ -53,7 +43,7 @@ class PartialTranscripts:
         """The user started speaking the utterance ``item_id``."""
         self.stop()
         if self._interval_s is not None:
-            self._task = self._spawn(self._run(item_id, self._interval_s))
+            self._task = self._kit.spawn(self._run(item_id, self._interval_s))
 
     def stop(self) -> None:
         """No more partials for the current utterance (it ended or the input restarted)."""
@@ -73,14 +63,14 @@ class PartialTranscripts:
             if self._paused() or len(audio) < SPEECH_RATE * MIN_PARTIAL_S:
                 continue
             try:
-                text = await self._stages.transcribe(audio)
+                text = await self._kit.stages.transcribe(audio)
             except StageFailure as exc:  # only a preview: the final transcript reports failures
                 logger.info("partial transcript of %s failed: %s", item_id, exc.message)
                 continue
             words = text[: text.rstrip().rfind(" ") + 1]
             if words.startswith(sent) and len(words) > len(sent):
                 delta = words[len(sent) :]
-                self._outbox.put(
+                self._kit.outbox.put(
                     server_event(
                         ConversationItemInputAudioTranscriptionDeltaEvent, item_id=item_id, content_index=0, delta=delta
                     )

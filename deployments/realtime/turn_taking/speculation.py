@@ -14,15 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deployments.realtime.conversation import Conversation, NothingToAnswer, prompt
+from deployments.realtime.conversation import NothingToAnswer, prompt
 from deployments.realtime.items import Item
-from deployments.realtime.outbox import Outbox
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.response.responder import Responder
 from deployments.realtime.response.run import DropReason, ResponseRun
-from deployments.realtime.settings import SessionSettings
 from deployments.realtime.spoken_words import holds_speech
-from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turn_taking.transcription import stt_future
 from handlers.llm import ChatMessage
@@ -39,22 +36,8 @@ class Speculation:
 
 
 class Speculator:
-    def __init__(
-        self,
-        *,
-        stages: Stages,
-        conversation: Conversation,
-        responder: Responder,
-        outbox: Outbox,
-        settings: SessionSettings,
-        spawn: Spawn,
-    ) -> None:
-        self._stages = stages
-        self._conversation = conversation
-        self._responder = responder
-        self._outbox = outbox
-        self._settings = settings
-        self._spawn = spawn
+    def __init__(self, kit: SessionKit, responder: Responder) -> None:
+        self._kit, self._responder = kit, responder
         self._current: Speculation | None = None
 
     @property
@@ -72,15 +55,15 @@ class Speculator:
         timeline = Timeline(heard_lag_s=lag_s)
         timeline.mark("speech_paused")
         timeline.vad_lag_ms = None if lag_s is None else round(lag_s * 1000, 1)
-        transcript = stt_future(self._stages, audio, timeline)
+        transcript = stt_future(self._kit.stages, audio, timeline)
         speculation = self._current = Speculation(end_sample, transcript, timeline)
-        if self._settings.create_response and self._responder.current is None:
-            history = self._conversation.items  # the conversation this turn would extend
+        if self._kit.settings.create_response and self._responder.current is None:
+            history = self._kit.conversation.items  # the conversation this turn would extend
             run = self._responder.new_run(
-                _speculative_prompt(history, self._settings.instructions, transcript), timeline
+                _speculative_prompt(history, self._kit.settings.instructions, transcript), timeline
             )
             run.follows = turn_item_id
-            self._outbox.hold(run.id)
+            self._kit.outbox.hold(run.id)
             speculation.run = self._responder.start(run)
         return transcript
 
@@ -115,13 +98,13 @@ class Speculator:
         if held is None:
             held = self._responder.new_run(current, timeline)
             held.follows = turn_item_id
-            self._outbox.hold(held.id)
+            self._kit.outbox.hold(held.id)
             self._responder.start(held)
             answered = held.prompt
         else:
             answered = asyncio.ensure_future(current)
         self._responder.current = held
-        self._spawn(self._confirm(held, answered))
+        self._kit.spawn(self._confirm(held, answered))
 
     async def _confirm(self, run: ResponseRun, current: "asyncio.Future[list[ChatMessage]]") -> None:
         held, wanted = await asyncio.gather(run.prompt, current, return_exceptions=True)

@@ -16,17 +16,12 @@ from collections.abc import Sequence
 import numpy as np
 from openai.types.realtime import InputAudioBufferSpeechStartedEvent, InputAudioBufferSpeechStoppedEvent
 
-from deployments.metrics import SessionMetrics
 from deployments.realtime.audio_input import AudioInput, TurnEvent
-from deployments.realtime.conversation import Conversation, prompt, turn_prompt
+from deployments.realtime.conversation import prompt, turn_prompt
 from deployments.realtime.items import Item
-from deployments.realtime.outbox import Outbox
-from deployments.realtime.playback import Playback
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.protocol import new_id, server_event
 from deployments.realtime.response.responder import Responder
-from deployments.realtime.settings import SessionSettings
-from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turn_taking.heard import HeardAnswers
 from deployments.realtime.turn_taking.idle import IdleTimeout
@@ -43,66 +38,33 @@ logger = logging.getLogger(__name__)
 class TurnTaker:
     def __init__(
         self,
-        *,
+        kit: SessionKit,
         audio: AudioInput,
-        stages: Stages,
-        conversation: Conversation,
         responder: Responder,
-        outbox: Outbox,
-        settings: SessionSettings,
-        metrics: SessionMetrics,
-        playback: Playback,
-        spawn: Spawn,
         partial_transcript_interval_s: float | None,
         prefill: bool,
     ) -> None:
-        self._audio = audio
-        self._playback = playback
-        self._stages = stages
-        self._conversation = conversation
-        self._responder = responder
-        self._outbox = outbox
-        self._settings = settings
-        self._metrics = metrics
-        self._spawn = spawn
-        self._prefill = prefill
+        """``prefill``: have the LLM compute the conversation so far while the user speaks."""
+        self._kit, self._audio, self._responder, self._prefill = kit, audio, responder, prefill
         self._speech_item_id: str | None = None
         """The utterance being spoken (``None``: the user is not speaking)."""
-        self.gate = InterruptionGate(
-            rules=lambda: settings.interruption,
-            interrupts=lambda: settings.interrupt_response,
-            playback=playback,
-            audio=audio,
-            stages=stages,
-            act=self._act,
-            decided=metrics.interruption,
-            spawn=spawn,
-        )
-        self.heard = HeardAnswers(conversation, outbox, playback, responder)
-        self.turn_end = TurnEnd(stages=stages, audio=audio, end_turn=self._end_turn, spawn=spawn)
-        self.speculator = Speculator(
-            stages=stages, conversation=conversation, responder=responder, outbox=outbox, settings=settings, spawn=spawn
-        )
+        self.gate = InterruptionGate(kit, audio, self._act)
+        self.heard = HeardAnswers(kit, responder)
+        self.turn_end = TurnEnd(kit, audio, self._end_turn)
+        self.speculator = Speculator(kit, responder)
         self.partials = PartialTranscripts(
-            interval_s=partial_transcript_interval_s,
+            kit,
+            partial_transcript_interval_s,
             speech_so_far=lambda: self.turn_end.utterance(audio.speech_so_far()),
             paused=lambda: self.speculator.active,
-            stages=stages,
-            outbox=outbox,
-            spawn=spawn,
         )
-        self.transcription = Transcription(
-            stages=stages, conversation=conversation, outbox=outbox, spawn=spawn, partial_text=self.partials.take
-        )
+        self.transcription = Transcription(kit, partial_text=self.partials.take)
         self.idle = IdleTimeout(
-            settings=settings,
+            kit,
+            responder,
+            self.transcription,
             received_ms=lambda: audio.received_ms,
             user_speaking=lambda: self._speech_item_id is not None,
-            conversation=conversation,
-            responder=responder,
-            transcription=self.transcription,
-            outbox=outbox,
-            spawn=spawn,
         )
 
     async def run(self) -> None:
@@ -117,15 +79,15 @@ class TurnTaker:
             assert event.audio is not None
             utterance = self.turn_end.utterance(event.audio)
             transcript = self.speculator.pause(vad.sample, utterance, event.lag_s, self._speech_item_id)
-            if self._settings.eagerness is not None:
+            if self._kit.settings.eagerness is not None:
                 self.turn_end.paused(vad.sample, utterance, transcript)
         elif isinstance(vad, SpeechResumed):
             self.speculator.drop("speech_resumed")
             self.turn_end.pause_ended()
         elif isinstance(vad, SpeechStopped):
             assert event.audio is not None
-            if self._settings.eagerness is not None and (not vad.too_short or self.turn_end.continuing):
-                self.turn_end.stopped(vad, event.audio, event.lag_s, self._settings.eagerness)
+            if self._kit.settings.eagerness is not None and (not vad.too_short or self.turn_end.continuing):
+                self.turn_end.stopped(vad, event.audio, event.lag_s, self._kit.settings.eagerness)
             else:
                 self.turn_end.pause_ended()
                 self._end_turn(vad, event.audio, event.lag_s)
@@ -148,26 +110,26 @@ class TurnTaker:
             return
         self.idle.stop()
         item_id = self._speech_item_id = new_id("item")
-        self._outbox.put(
+        self._kit.outbox.put(
             server_event(InputAudioBufferSpeechStartedEvent, audio_start_ms=vad.audio_start_ms, item_id=item_id)
         )
-        if self._settings.interrupt_response:
-            heard = self._playback.playing()
+        if self._kit.settings.interrupt_response:
+            heard = self._kit.playback.playing()
             self._responder.cancel("turn_detected")
             if heard:
                 self.heard.cut()
-            self._playback.stopped()  # the client stops playing at speech_started
-        if self._prefill and self._settings.create_response:
-            self._spawn(self._prefill_conversation(self._conversation.items))
+            self._kit.playback.stopped()  # the client stops playing at speech_started
+        if self._prefill and self._kit.settings.create_response:
+            self._kit.spawn(self._prefill_conversation(self._kit.conversation.items))
         self.partials.start(item_id)
 
     async def _prefill_conversation(self, items: Sequence[Item]) -> None:
         """The conversation before this turn (``items``, as it was when the turn began) is
         how the answer to this turn's prompt will start."""
-        if not self._settings.instructions and not any(item.prompted for item in items):
+        if not self._kit.settings.instructions and not any(item.prompted for item in items):
             return  # nothing said yet and no instructions: nothing to compute ahead
         try:
-            await self._stages.prefill(await prompt(items, self._settings.instructions))
+            await self._kit.stages.prefill(await prompt(items, self._kit.settings.instructions))
         except Exception as exc:  # only a head start: the answer computes it anyway
             logger.warning("LLM prefill failed: %r", exc)
 
@@ -175,7 +137,7 @@ class TurnTaker:
         item_id = self._speech_item_id or new_id("item")
         self._speech_item_id = None
         self.partials.stop()
-        self._outbox.put(
+        self._kit.outbox.put(
             server_event(InputAudioBufferSpeechStoppedEvent, audio_end_ms=vad.audio_end_ms, item_id=item_id)
         )
         if vad.too_short:  # nothing to answer
@@ -183,25 +145,25 @@ class TurnTaker:
             self.partials.take(item_id)
             return
         speculation = self.speculator.take(vad.end_sample)
-        self._metrics.turn_ended()
+        self._kit.metrics.turn_ended()
         if speculation is None:
             timeline = Timeline(heard_lag_s=lag_s)
             if lag_s is not None:
                 timeline.vad_lag_ms = round(lag_s * 1000 - self._silence_ms(), 1)
-            transcript = stt_future(self._stages, utterance, timeline)
+            transcript = stt_future(self._kit.stages, utterance, timeline)
         else:
             timeline, transcript = speculation.timeline, speculation.transcript
         timeline.speech_stopped(lag_s)
         self.transcription.commit(utterance, item_id, transcript)
         held = speculation.run if speculation is not None else None
-        if not self._settings.create_response or self._responder.current is not None:
+        if not self._kit.settings.create_response or self._responder.current is not None:
             if held is not None:
                 self._responder.abandon(held, "not_answered")
             return
-        current = turn_prompt(self._conversation.items, self._settings.instructions)
+        current = turn_prompt(self._kit.conversation.items, self._kit.settings.instructions)
         self.speculator.answer_turn(current, timeline, held, item_id)
 
     def _silence_ms(self) -> int:
         """The pause that ends a turn under the settings in force."""
-        turn = self._settings.turn_detection or self._settings.defaults
+        turn = self._kit.settings.turn_detection or self._kit.settings.defaults
         return turn.silence_duration_ms

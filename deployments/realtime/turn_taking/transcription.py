@@ -20,13 +20,11 @@ from openai.types.realtime import (
     InputAudioBufferCommittedEvent,
 )
 
-from deployments.realtime.conversation import Conversation
 from deployments.realtime.failures import StageFailure
 from deployments.realtime.items import UserAudio
-from deployments.realtime.outbox import Outbox
+from deployments.realtime.kit import SessionKit
 from deployments.realtime.protocol import server_event
 from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
 from deployments.realtime.timeline import Timeline
 from deployments.realtime.turn_trace import NO_STAGE
 from handlers.audio import SPEECH_RATE
@@ -35,21 +33,9 @@ logger = logging.getLogger(__name__)
 
 
 class Transcription:
-    def __init__(
-        self,
-        *,
-        stages: Stages,
-        conversation: Conversation,
-        outbox: Outbox,
-        spawn: Spawn,
-        partial_text: Callable[[str], str],
-    ) -> None:
+    def __init__(self, kit: SessionKit, partial_text: Callable[[str], str]) -> None:
         """``partial_text``: takes what partial transcripts sent of an item (``""``: none)."""
-        self._stages = stages
-        self._conversation = conversation
-        self._outbox = outbox
-        self._spawn = spawn
-        self._partial_text = partial_text
+        self._kit, self._partial_text = kit, partial_text
 
     def commit(self, utterance: np.ndarray, item_id: str, transcript: "asyncio.Future[str] | None" = None) -> None:
         """The input buffer's speech becomes an item; ``transcript``: an STT call already
@@ -65,10 +51,10 @@ class Transcription:
         """An idle timeout: the silence is an empty utterance, with nothing to transcribe."""
         item = UserAudio(item_id)
         item.heard("")
-        previous = self._conversation.add(item)
-        self._outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
+        previous = self._kit.conversation.add(item)
+        self._kit.outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
         for event in (ConversationItemAdded, ConversationItemDone):
-            self._outbox.put(server_event(event, item=item.wire(), previous_item_id=previous))
+            self._kit.outbox.put(server_event(event, item=item.wire(), previous_item_id=previous))
 
     def _add(
         self,
@@ -78,17 +64,19 @@ class Transcription:
         transcript: "asyncio.Future[str] | None",
         committed: bool,
     ) -> None:
-        transcript = transcript or stt_future(self._stages, utterance)  # first: it may raise
+        transcript = transcript or stt_future(self._kit.stages, utterance)  # first: it may raise
         item = UserAudio(item_id)
         try:
-            previous = self._conversation.add(item, after)
+            previous = self._kit.conversation.add(item, after)
         except KeyError:
             transcript.cancel()
             raise
         if committed:
-            self._outbox.put(server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous))
-        self._outbox.put(server_event(ConversationItemAdded, item=item.wire(), previous_item_id=previous))
-        self._spawn(self._transcribe(item, transcript, len(utterance) / SPEECH_RATE, previous))
+            self._kit.outbox.put(
+                server_event(InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous)
+            )
+        self._kit.outbox.put(server_event(ConversationItemAdded, item=item.wire(), previous_item_id=previous))
+        self._kit.spawn(self._transcribe(item, transcript, len(utterance) / SPEECH_RATE, previous))
 
     async def _transcribe(
         self, item: UserAudio, transcript: "asyncio.Future[str]", seconds: float, previous: str | None
@@ -105,14 +93,14 @@ class Transcription:
             item.not_heard()
             code, message = (exc.code, exc.message) if isinstance(exc, StageFailure) else ("stt_failed", "failed")
             error = {"type": "server_error", "code": code, "message": f"the audio was not transcribed: {message}"}
-            self._outbox.put(server_event(ConversationItemInputAudioTranscriptionFailedEvent, error=error, **ids))
+            self._kit.outbox.put(server_event(ConversationItemInputAudioTranscriptionFailedEvent, error=error, **ids))
             return
         item.heard(text)
         if text.startswith(sent) and len(text) > len(sent):  # the rest of it
-            self._outbox.put(
+            self._kit.outbox.put(
                 server_event(ConversationItemInputAudioTranscriptionDeltaEvent, delta=text[len(sent) :], **ids)
             )
-        self._outbox.put(
+        self._kit.outbox.put(
             server_event(
                 ConversationItemInputAudioTranscriptionCompletedEvent,
                 transcript=text,
@@ -120,7 +108,7 @@ class Transcription:
                 **ids,
             )
         )
-        self._outbox.put(server_event(ConversationItemDone, item=item.wire(), previous_item_id=previous))
+        self._kit.outbox.put(server_event(ConversationItemDone, item=item.wire(), previous_item_id=previous))
 
 
 def stt_future(stages: Stages, audio: np.ndarray, timeline: Timeline | None = None) -> "asyncio.Future[str]":

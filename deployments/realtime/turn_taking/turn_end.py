@@ -32,8 +32,7 @@ import numpy as np
 
 from deployments.realtime.audio_input import AudioInput
 from deployments.realtime.failures import StageFailure
-from deployments.realtime.stages import Stages
-from deployments.realtime.supervision import Spawn
+from deployments.realtime.kit import SessionKit
 from handlers.audio import SPEECH_RATE
 from handlers.vad import SpeechStopped, ms_to_samples
 
@@ -85,12 +84,9 @@ class _Held:
 
 
 class TurnEnd:
-    def __init__(self, *, stages: Stages, audio: AudioInput, end_turn: EndTurn, spawn: Spawn) -> None:
+    def __init__(self, kit: SessionKit, audio: AudioInput, end_turn: EndTurn) -> None:
         """``end_turn(stop, utterance, lag_s)``: turn-taking's end of the turn."""
-        self._stages = stages
-        self._audio = audio
-        self._end_turn = end_turn
-        self._spawn = spawn
+        self._kit, self._audio, self._end_turn = kit, audio, end_turn
         self._held: _Held | None = None
         self._earlier: _Held | None = None
         """A held turn the user went on speaking: what the utterance began with."""
@@ -127,10 +123,10 @@ class TurnEnd:
         if asked is None or asked.end_sample != stop.end_sample:  # no pause heard this utterance
             if asked is not None:
                 asked.cancel()
-            asked = self._ask(stop.end_sample, utterance, self._stages.transcribe(utterance))
+            asked = self._ask(stop.end_sample, utterance, self._kit.stages.transcribe(utterance))
         deadline = stop.end_sample + ms_to_samples(EAGERNESS_SILENCE_MS[eagerness])  # the pause began there
         held = self._held = _Held(stop, utterance, lag_s, deadline, asked)
-        held.decision = self._spawn(self._decide(held))
+        held.decision = self._kit.spawn(self._decide(held))
         self._audio.notify_at(held.deadline)
 
     def resumed(self) -> bool:
@@ -155,7 +151,7 @@ class TurnEnd:
 
     def _ask(self, end_sample: int, utterance: np.ndarray, transcript: Awaitable[str]) -> _Verdict:
         complete: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        return _Verdict(end_sample, complete, self._spawn(self._judge(utterance, transcript, complete)))
+        return _Verdict(end_sample, complete, self._kit.spawn(self._judge(utterance, transcript, complete)))
 
     async def _judge(self, utterance: np.ndarray, transcript: Awaitable[str], complete: "asyncio.Future[bool]") -> None:
         try:
@@ -187,7 +183,7 @@ class TurnEnd:
         """Smart Turn and the words, asked at once: words sure either way decide, else the
         sound does."""
         results = await asyncio.gather(
-            self._stages.end_of_turn(utterance), self._words_end(transcript), return_exceptions=True
+            self._kit.stages.end_of_turn(utterance), self._words_end(transcript), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):
@@ -200,7 +196,7 @@ class TurnEnd:
     async def _words_end(self, transcript: Awaitable[str]) -> float | None:
         """How likely the words are to end the message (``None``: no words were heard)."""
         words = await transcript
-        return await self._stages.message_ends(words) if words.strip() else None
+        return await self._kit.stages.message_ends(words) if words.strip() else None
 
     def _end(self, held: _Held) -> None:
         self._held = None
