@@ -26,11 +26,8 @@ frame; LiveKit quotes 86 % precision and 100 % recall at 500 ms) and (b) at all.
 taken is a false barge-in; a candidate still undecided when the audio ends (its speech never
 stopped: noise the VAD calls speech) would have kept the answer paused ("pending").
 
-``wer``: the benchmark's spoken questions (``spoken_turns.QUESTIONS`` and the load test's
-capitals) in three voices, transcribed as a turn is, clean and in each noise at each SNR, raw
-and denoised (the same noisy clip, the denoiser settled over ``SETTLE_S`` of the background before
-it, as a question in a live call has): word error rate per condition (``answer_checks.normalise``).
-The target: denoised at 10 dB, at most 1.5 times the clean WER.
+``wer`` (``wer_table``): the spoken questions' word error rate in each noise, raw and denoised;
+``--no-wer`` skips it, ``--wer-only`` runs it alone.
 
 ``faster_stop``: could the audio alone, in the first ``--early-ms`` after the VAD's onset,
 tell real interruptions from the rest? Features (voiced ms, silero's mean probability, RMS dB,
@@ -51,24 +48,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import jiwer
 import numpy as np
 
 from deployments.realtime.turn_taking.interruptions import RECHECK_MS
 from handlers import g711
 from handlers.audio import REALTIME_RATE, SPEECH_RATE, StreamResampler, float_to_pcm16, pcm16_to_float, resample
-from handlers.denoise import Denoiser, DenoiserState, NoiseReductionConfig
+from handlers.denoise import Denoiser
 from handlers.stt import SpeechToText
 from handlers.tts import TextToSpeech
 from handlers.vad import CHUNK_SAMPLES, SileroNetwork, TurnDetection, VADState, VoiceActivityDetector
 from loadtest import options
-from loadtest.benchmarks.answer_checks import normalise
+from loadtest.benchmarks import wer_table
 from loadtest.benchmarks.backchannel_words import BACKCHANNELS, INTERRUPTIONS, Gate, Looks, local_stt, padded
+from loadtest.benchmarks.backgrounds import SETTLE_S, Backgrounds, settled_state, with_background
 from loadtest.benchmarks.threshold_rules import best_rule
 from loadtest.client import noise
 from loadtest.client.noise import VOICES, Voice
-from loadtest.client.prompts import CAPITALS, SPOKEN_BEFORE_PAUSE
-from loadtest.client.spoken_turns import QUESTIONS
 from loadtest.stats import percentile
 
 KINDS = ("backchannel", "cough", "laugh", "noise", "short", "long")
@@ -91,8 +86,6 @@ WITHIN_MS = 500
 PATHS = ("websocket", "webrtc", "phone")
 PHONE_RATE = 8000
 WEBRTC_RATE = 48000
-SETTLE_S = 1.0
-"""Background the denoiser hears before each clip (DTLN's LSTMs settle in ~250 ms)."""
 
 
 @dataclass(frozen=True)
@@ -225,26 +218,6 @@ def opus_round_trip(audio: np.ndarray) -> np.ndarray:
     return StreamResampler(REALTIME_RATE, SPEECH_RATE).process(track, last=True)
 
 
-class Backgrounds:
-    """The noises heard under the caller (``babble`` and ``stationary``, unit power), and the
-    speech level that a sound with no speech of its own is mixed against."""
-
-    def __init__(
-        self,
-        tts: TextToSpeech,
-        rng: np.random.Generator,
-        talkers: int,
-        seconds: float,
-        stationary: str,
-        speech_power: float,
-    ) -> None:
-        self.tracks = {
-            "babble": noise.Babble(tts, rng, talkers, seconds).audio,
-            stationary: noise.stationary(stationary, rng, 20.0),
-        }
-        self.speech_power = speech_power
-
-
 @dataclass
 class Heard:
     """One overlap in one condition: the gate's looks and the early features."""
@@ -318,36 +291,6 @@ class ProbabilityLog:
         probabilities, state = self._network(windows, state)
         self.seen.extend(float(p) for p in probabilities)
         return probabilities, state
-
-
-def settled_state(denoiser: Denoiser, background_lead: np.ndarray) -> DenoiserState:
-    """A denoiser state that has heard ``background_lead`` (its output dropped), as the server's
-    has by the time a caller speaks over the call's background."""
-    state = DenoiserState("near_field")
-    denoiser.denoise(state, background_lead)
-    return state
-
-
-def with_background(
-    audio: np.ndarray,
-    track: np.ndarray | None,
-    snr_db: float | None,
-    level: float,
-    rng: np.random.Generator,
-    lead_s: float = SETTLE_S,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``audio`` with a piece of ``track`` under it at ``snr_db`` below ``level`` (as
-    ``noise.mix``: the piece's own power), and the ``lead_s`` of the track just before that
-    piece, at the same gain: the background the caller's microphone sent before. No track:
-    ``audio`` and silence."""
-    lead = int(lead_s * SPEECH_RATE)
-    if track is None:
-        return audio, np.zeros(lead, np.float32)
-    assert snr_db is not None
-    piece = noise.fit(track, lead + audio.size, rng).astype(np.float64)
-    power = float(np.mean(piece[lead:] ** 2))
-    gain = np.sqrt(level / (power * 10 ** (snr_db / 10))) if power else 0.0
-    return (audio + gain * piece[lead:]).astype(np.float32), (gain * piece[:lead]).astype(np.float32)
 
 
 def clip_rng(seed: int, index: int, condition: Condition) -> np.random.Generator:
@@ -440,50 +383,6 @@ def faster_stop(heard: list[Heard], overlaps_: list[Overlap], early_ms: int) -> 
     }
 
 
-def wer_table(
-    stt: SpeechToText,
-    denoisers: dict[str, Denoiser],
-    tts: TextToSpeech,
-    backgrounds: Backgrounds,
-    snrs: list[float],
-    voices: int,
-    rng: np.random.Generator,
-) -> dict[str, Any]:
-    """WER of the spoken questions per noise condition, raw and through each of ``denoisers``
-    (by name: ``denoised`` is the server's default, ``denoised_wet_W`` another share of DTLN)."""
-    texts = list(dict.fromkeys([*QUESTIONS, *(f"{SPOKEN_BEFORE_PAUSE} {country}?" for country, _ in CAPITALS)]))
-    clips = [(text, noise.speak(tts, text, v)) for text in texts for v in VOICES[:voices]]
-    pad = np.zeros(SPEECH_RATE // 5, np.float32)
-    result: dict[str, Any] = {"clips": len(clips), "denoiser_lead_s": SETTLE_S}
-    for background in (None, *backgrounds.tracks):
-        for snr in [None] if background is None else snrs:
-            name = "clean" if background is None else f"{background}_{snr:g}db"
-            track = None if background is None else backgrounds.tracks[background]
-            said, raw = [], []
-            denoised: dict[str, list[str]] = {label: [] for label in denoisers}
-            for text, speech in clips:
-                audio, lead = with_background(
-                    np.concatenate([pad, speech, pad]), track, snr, noise.voiced_power(speech), rng
-                )
-                audio, lead = (pcm16_to_float(float_to_pcm16(a)) for a in (audio, lead))
-                said.append(normalise(text))
-                raw.append(normalise(stt.transcribe(audio)))
-                for label, denoiser in denoisers.items():
-                    state = settled_state(denoiser, lead)
-                    # the denoiser's output trails by 32 ms: what it still holds of the tail comes out after
-                    out = denoiser.denoise(state, np.concatenate([audio, pad]))
-                    denoised[label].append(normalise(stt.transcribe(out)))
-            row = {"raw": round(float(jiwer.wer(said, raw)), 4)}
-            row |= {label: round(float(jiwer.wer(said, heard)), 4) for label, heard in denoised.items()}
-            result[name] = row
-            print(f"  WER {name}: " + ", ".join(f"{label} {value:.3f}" for label, value in row.items()), flush=True)
-    clean = result["clean"]["raw"]
-    result["target_denoised_10db_at_most_1.5x_clean"] = {
-        name: result[name]["denoised"] <= 1.5 * clean for name in result if name.endswith("_10db")
-    }
-    return result
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add(parser, seed=1)
     parser.add_argument(
@@ -495,16 +394,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recheck-ms", type=int, default=RECHECK_MS)
     parser.add_argument("--early-ms", type=int, default=250, help="audio the faster-stop rule hears from the onset")
     parser.add_argument("--babble-talkers", type=options.positive_int, default=5)
-    parser.add_argument("--no-wer", action="store_true", help="skip the questions' WER")
-    parser.add_argument("--wer-only", action="store_true", help="only the questions' WER (no overlaps)")
-    parser.add_argument(
-        "--wet",
-        type=float,
-        nargs="+",
-        default=[],
-        help="the WER also through DTLN at these shares of its output (vad.noise_reduction.wet; the default's is"
-        f" {NoiseReductionConfig().wet:g})",
-    )
+    wer_table.add_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> None:
@@ -560,10 +450,7 @@ def main(args: argparse.Namespace) -> None:
             flush=True,
         )
     if not args.no_wer:
-        denoisers = {"denoised": listener.denoiser} | {
-            f"denoised_wet_{wet:g}": Denoiser(NoiseReductionConfig(wet=wet)) for wet in args.wet
-        }
-        report["wer"] = wer_table(stt, denoisers, tts, backgrounds, snrs, 1 if args.quick else 3, rng)
+        report["wer"] = wer_table.report(args, stt, listener.denoiser, tts, backgrounds.tracks, snrs, rng)
     report["stt_look_ms"] = {"p50": percentile(listener.gate.stt_ms, 50), "p95": percentile(listener.gate.stt_ms, 95)}
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(report))
