@@ -32,10 +32,8 @@ from deployments.realtime.transports.twilio import (
     CallPlan,
     TwilioTransport,
     read_start,
-    twiml_connect,
-    twiml_ending,
-    twiml_turned_away,
 )
+from deployments.realtime.transports.twiml import twiml_connect, twiml_ending, twiml_turned_away
 from deployments.replica_lifecycle import ReplicaSessions
 from deployments.session_opening import SessionOpening
 from deployments.session_store.store import SessionStore

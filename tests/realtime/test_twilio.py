@@ -12,7 +12,8 @@ from fakes import FakeSocket, FakeStages, Harness, in_format, send_audio, speech
 from deployments.realtime.transports.call_control import CallEnding
 from deployments.realtime.transports.config import CallControlConfig
 from deployments.realtime.transports.keypad import Keypad
-from deployments.realtime.transports.twilio import CallPlan, StreamStart, TwilioTransport, twiml_connect
+from deployments.realtime.transports.twilio import CallPlan, StreamStart, TwilioTransport
+from deployments.realtime.transports.twiml import twiml_connect
 from deployments.realtime.transports.wire_audio import PCM16, PCMU
 
 QUESTION = 2
