@@ -1,7 +1,13 @@
 """Noise over an answer, with the real models and ``noise_reduction`` on: three sessions on the
-same replicas each hear an answer; over two of them the caller coughs, laughs and sits in
+same replicas each hear an answer; over two of them the caller coughs, knocks and sits in
 pink noise, and those answers play to their end with no new turn, while over the third a
-real interruption stops its answer and is answered."""
+real interruption stops its answer and is answered.
+
+No laugh: the gate is not promised to let every laugh by. ``s2s-bench interruption-table``
+has it take 2-3 of 18 laughs on clean audio (docs/bench/README.md, "Interruptions by audio
+path and in noise"), and over the synthetic laugh this test once played, tiny.en heard
+"That's it." in some of the windows the VAD's timing cut (1 of 3 CI runs, and 1 of 23 runs here).
+Coughs and noise alone, 0 of 20 and 0 of 40 there, are what this test holds the server to."""
 
 import asyncio
 from collections.abc import Callable
@@ -22,11 +28,11 @@ LEAD_MS = 200
 
 
 def noise_alone(seed: int) -> bytes:
-    """A cough, a laugh (voiced bursts, no words) and 1 s of pink noise, as the client sends them."""
+    """A cough, a knock and 1 s of pink noise, as the client sends them."""
     rng = np.random.default_rng(seed)
     quiet = np.zeros(SPEECH_RATE // 2, dtype=np.float32)
     pink = noise.stationary("pink", rng, 1.0) * 0.05
-    sounds = np.concatenate([noise.cough(rng), quiet, noise.synthetic_laugh(rng), quiet, pink, quiet])
+    sounds = np.concatenate([noise.cough(rng), quiet, noise.knock(rng), quiet, pink, quiet])
     return float_to_pcm16(resample(sounds.astype(np.float32), SPEECH_RATE, REALTIME_RATE))
 
 
@@ -45,7 +51,11 @@ async def noise_over(client: Client, question: bytes, seed: int) -> dict[str, An
     answer = await hear_an_answer(client, question)
     await client.send_audio(noise_alone(seed), realtime=True)
     done = await client.until(lambda e: e.type == "response.done" and e.response.id == answer, timeout_s=120)
-    return {"status": done.response.status, "turns": len(client.of_type("input_audio_buffer.committed"))}
+    return {
+        "status": done.response.status,
+        "why": done.response.status_details,  # on a failure: what stopped it
+        "turns": len(client.of_type("input_audio_buffer.committed")),
+    }
 
 
 async def interrupted(client: Client, question: bytes, interruption: bytes) -> dict[str, Any]:
